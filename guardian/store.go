@@ -1,0 +1,27 @@
+package guardian
+
+import (
+	"context"
+
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Store is what the guardian needs from persistence. storage.DB implements it over SQLite;
+// another backend only has to satisfy this interface.
+type Store interface {
+	// SaveStep stores a step and the matching "step" event, assigns rec.Seq, and returns
+	// once the write is committed (group commit: concurrent callers share one transaction).
+	SaveStep(ctx context.Context, rec *storage.StepRecord) error
+	// AppendEvent stores a non-step event (hold, rule, session control), assigns ev.Seq and
+	// returns once committed.
+	AppendEvent(ctx context.Context, ev *storage.Event) error
+	Sessions(ctx context.Context, q storage.SessionQuery) (storage.SessionPage, error)
+	Session(ctx context.Context, id string) (storage.Session, error)
+	Steps(ctx context.Context, q storage.StepQuery) ([]storage.StepRecord, error)
+	Step(ctx context.Context, seq int64) (storage.StepRecord, error)
+	// RecentSteps returns up to limit of the newest steps of a session, oldest first.
+	RecentSteps(ctx context.Context, sessionID string, limit int) ([]storage.StepRecord, error)
+	// EventsAfter returns events with seq > after in seq order, at most limit.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error)
+	Close() error
+}

@@ -1,0 +1,98 @@
+// Package storage keeps steps, sessions and the event log in SQLite.
+//
+// One writer goroutine owns the write connection and commits queued writes in groups, so a
+// burst of agents shares one commit; readers use a separate pool. Every write gets a seq from
+// one sequence shared by all event types, which is what the live stream resumes from.
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when a session or step does not exist.
+var ErrNotFound = errors.New("not found")
+
+// StepRecord is one stored step with its decision.
+type StepRecord struct {
+	Seq       int64  `json:"seq"`
+	SessionID string `json:"sessionId"`
+	TurnID    string `json:"turnId,omitempty"`
+	StepID    string `json:"stepId,omitempty"`
+	Method    string `json:"method"`
+	Kind      string `json:"kind"`
+	AgentID   string `json:"agentId,omitempty"`
+	AgentName string `json:"agentName,omitempty"`
+	UserID    string `json:"userId,omitempty"`
+	// Tool is the tool id of a tool call, or the MCP tool name, when there is one.
+	Tool       string    `json:"tool,omitempty"`
+	Decision   string    `json:"decision"`
+	ReceivedAt time.Time `json:"receivedAt"`
+	// Request is the request as received; Response the answer sent (null for notifications).
+	Request  json.RawMessage `json:"request"`
+	Response json.RawMessage `json:"response"`
+	// MatchedRules lists every rule that matched, enforced and monitor-mode alike.
+	MatchedRules  []RuleMatch `json:"matchedRules"`
+	LatencyMicros int64       `json:"latencyMicros"`
+	// Text is the step's human-readable text, kept for the session history rules see.
+	Text string `json:"text,omitempty"`
+	// Held is true when the step waited for an operator.
+	Held bool `json:"held,omitempty"`
+}
+
+// RuleMatch records one rule that matched a step (or failed evaluating it).
+type RuleMatch struct {
+	RuleID     string `json:"ruleId"`
+	Action     string `json:"action"`
+	Mode       string `json:"mode"`
+	ReasonCode string `json:"reasonCode,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Session is the summary of one agent session.
+type Session struct {
+	ID        string           `json:"id"`
+	AgentID   string           `json:"agentId,omitempty"`
+	AgentName string           `json:"agentName,omitempty"`
+	UserID    string           `json:"userId,omitempty"`
+	FirstSeen time.Time        `json:"firstSeen"`
+	LastSeen  time.Time        `json:"lastSeen"`
+	LastSeq   int64            `json:"lastSeq"`
+	Steps     int64            `json:"steps"`
+	Decisions map[string]int64 `json:"decisions"`
+	// LastMethod is the method of the newest step.
+	LastMethod string `json:"lastMethod,omitempty"`
+}
+
+// SessionQuery pages through sessions newest first (by last activity).
+type SessionQuery struct {
+	// Before is an opaque cursor returned as Next by the previous page; empty for the first.
+	Before string
+	Limit  int
+	// Search matches session, agent or user ids by substring when set.
+	Search string
+}
+
+// SessionPage is one page of sessions.
+type SessionPage struct {
+	Sessions []Session `json:"sessions"`
+	Next     string    `json:"next,omitempty"`
+}
+
+// StepQuery pages through a session's steps in arrival order.
+type StepQuery struct {
+	SessionID string
+	After     int64
+	Limit     int
+}
+
+// Event is one entry of the event log: a stored step, a hold, a rule or session change.
+// Payload is the event's JSON body as published on the live stream.
+type Event struct {
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	SessionID string          `json:"sessionId,omitempty"`
+	At        time.Time       `json:"at"`
+	Payload   json.RawMessage `json:"payload"`
+}
