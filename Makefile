@@ -1,0 +1,86 @@
+# Vigil: `make run` starts it, `make test` installs what the tests need and runs them all.
+GO      ?= go
+NPM     ?= npm
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+DESKTOP_TAGS := desktop,production,webkit2_41
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME ?= 10s
+GOBIN   := $(shell $(GO) env GOPATH)/bin
+
+GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
+FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
+
+.PHONY: run build desktop frontend test lint test-go fuzz test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
+
+## run: start Vigil: a desktop window when a display exists, else the headless server.
+run:
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then \
+		$(MAKE) --no-print-directory desktop && exec ./bin/vigil; \
+	else \
+		$(MAKE) --no-print-directory build && exec ./bin/vigil serve; \
+	fi
+
+## build: the headless-capable binary (no WebKit needed) with the console embedded.
+build: frontend/dist/index.html
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/vigil .
+
+## desktop: the binary with the desktop window (needs GTK and WebKitGTK headers).
+desktop: frontend/dist/index.html deps-desktop
+	$(GO) build -tags $(DESKTOP_TAGS) -ldflags '$(LDFLAGS)' -o bin/vigil .
+
+frontend: frontend/dist/index.html
+
+frontend/node_modules/.stamp: frontend/package.json frontend/package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "npm is required to build the console (apt-get install nodejs npm)"; exit 1; }
+	cd frontend && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+frontend/dist/index.html: frontend/node_modules/.stamp $(FE_SRC)
+	cd frontend && $(NPM) run build
+
+deps-frontend: frontend/node_modules/.stamp
+
+deps-desktop:
+	@bash scripts/deps-desktop.sh
+
+## deps-test: everything the tests need: npm packages, chromium, staticcheck, Xvfb.
+deps-test: deps-frontend
+	@bash scripts/deps-test.sh
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## test: lint, Go tests with -race, bounded fuzzing, frontend unit and browser tests,
+## and the desktop smoke test.
+test: deps-test lint test-go fuzz test-frontend e2e smoke
+
+lint: frontend/dist/index.html
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './frontend/*')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GOBIN)/staticcheck ./...
+
+test-go: frontend/dist/index.html
+	$(GO) test -race -count=1 ./...
+
+fuzz:
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+test-frontend: deps-frontend
+	cd frontend && $(NPM) run check && $(NPM) test
+
+e2e: build
+	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil $(NPM) run e2e
+
+smoke: deps-desktop frontend/dist/index.html
+	$(GO) build -tags $(DESKTOP_TAGS) -ldflags '$(LDFLAGS)' -o bin/vigil-desktop .
+	bash scripts/desktop-smoke.sh bin/vigil-desktop
+
+## bench: the load generator against the no-op floor, with and without 100 rules.
+bench: build
+	$(GO) build -o bin/loadgen ./bench/loadgen
+	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 5s
+	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 5s
+
+clean:
+	rm -rf bin frontend/node_modules
+	find frontend/dist -mindepth 1 ! -name .gitkeep -delete 2>/dev/null || true

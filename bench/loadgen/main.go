@@ -1,0 +1,338 @@
+// Command loadgen measures the guardian under many concurrent agents against a floor: a
+// no-op JSON-RPC server answering allow without doing anything else. Both run as separate
+// processes on loopback and get the same traffic, so the ratio shows what Vigil costs.
+//
+//	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 5s
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "noop-server" {
+		if err := serveNoop(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "noop-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	vigil       string
+	target      string
+	rules       string
+	duration    time.Duration
+	warmup      time.Duration
+	concurrency []int
+	markdown    bool
+}
+
+func run() error {
+	var o options
+	var conc string
+	flag.StringVar(&o.vigil, "vigil", "./bin/vigil", "vigil binary to start with 'serve' on a temporary database")
+	flag.StringVar(&o.target, "target", "", "measure an already running guardian at this /aos URL instead of starting one")
+	flag.StringVar(&o.rules, "rules", "", "rules file passed to vigil serve --rules")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measuring time per concurrency level")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per level")
+	flag.StringVar(&conc, "concurrency", "1,8,32", "comma-separated numbers of concurrent agents")
+	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
+	flag.Parse()
+	for _, f := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-concurrency: %q is not a positive integer", f)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	floorURL, stopFloor, err := startNoop(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopFloor()
+
+	target := o.target
+	if target == "" {
+		url, stop, err := startVigil(ctx, o.vigil, o.rules)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		target = url
+	}
+
+	type row struct {
+		c            int
+		floor, vigil result
+	}
+	var rows []row
+	for _, c := range o.concurrency {
+		f, err := drive(floorURL, c, o.warmup, o.duration)
+		if err != nil {
+			return fmt.Errorf("floor at %d: %w", c, err)
+		}
+		v, err := drive(target, c, o.warmup, o.duration)
+		if err != nil {
+			return fmt.Errorf("vigil at %d: %w", c, err)
+		}
+		rows = append(rows, row{c, f, v})
+	}
+	fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
+	fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors)
+		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
+			100*r.vigil.rps/r.floor.rps, float64(r.vigil.p50)/float64(r.floor.p50))
+	}
+	for _, r := range rows {
+		if r.vigil.errors > 0 {
+			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors, r.c)
+		}
+	}
+	return nil
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+type result struct {
+	rps           float64
+	p50, p90, p99 time.Duration
+	errors        int64
+}
+
+// drive runs c agents in a closed loop against url: each sends a step, waits for the
+// answer, and sends the next. Each agent has its own session.
+func drive(url string, c int, warmup, dur time.Duration) (result, error) {
+	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+
+	var measuring atomic.Bool
+	var stop atomic.Bool
+	var errs atomic.Int64
+	lat := make([][]time.Duration, c)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for a := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			session := fmt.Sprintf("load-%d-%d", time.Now().UnixNano(), a)
+			for i := 0; !stop.Load(); i++ {
+				body := stepBody(session, i)
+				t0 := time.Now()
+				err := post(client, url, body)
+				d := time.Since(t0)
+				if !measuring.Load() {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				lat[a] = append(lat[a], d)
+			}
+		}()
+	}
+	time.Sleep(warmup) // the warm-up is a duration by definition
+	measuring.Store(true)
+	start := time.Now()
+	time.Sleep(dur)
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		if e, ok := firstErr.Load().(error); ok {
+			return result{}, e
+		}
+		return result{}, errors.New("no request completed")
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
+	return result{rps: float64(len(all)) / elapsed.Seconds(), p50: pct(0.50), p90: pct(0.90), p99: pct(0.99), errors: errs.Load()}, nil
+}
+
+func post(client *http.Client, url string, body []byte) error {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+	}
+	var r struct {
+		Result *struct {
+			Decision string `json:"decision"`
+		} `json:"result"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	if r.Error != nil {
+		return fmt.Errorf("JSON-RPC error %d: %s", r.Error.Code, r.Error.Message)
+	}
+	if r.Result == nil || r.Result.Decision == "" {
+		return fmt.Errorf("answer without a decision: %s", b)
+	}
+	return nil
+}
+
+// stepBody is a realistic steps/toolCallRequest (about 1.5 KB) from agent session s.
+func stepBody(session string, i int) []byte {
+	tools := []string{"search_web", "read_file", "send_email", "transfer_funds"}
+	tool := tools[i%len(tools)]
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"steps/toolCallRequest","params":{
+"context":{"agent":{"id":"agent-billing","name":"Billing assistant","instructions":"You help customers of corp.example with invoices, refunds and account questions. Never disclose other customers' data. Escalate disputes over 1000 EUR to a human.","version":"2.3.1","provider":{"name":"corp.example","url":"https://corp.example"},"model":{"id":"model-large","name":"Large model","provider":{"name":"model-co"}},
+"tools":[{"id":"search_web","name":"search_web","type":"function_call","arguments":[{"name":"query","type":"string","required":true}],"outputs":null},{"id":"send_email","name":"send_email","type":"function_call","arguments":[{"name":"to","type":"string","required":true},{"name":"body","type":"string","required":true}],"outputs":null}]},
+"session":{"id":"%s"},"turnId":"turn-%d","stepId":"step-%d","timestamp":"2026-11-22T08:00:00Z",
+"user":{"id":"user-42","name":"Dana","email":"dana@corp.example","organization":{"id":"org-1","name":"Corp"}}},
+"toolCallRequest":{"executionId":"exec-%d","toolId":"%s","inputs":[{"name":"query","value":"outstanding invoices for customer 8812 in October"},{"name":"to","value":"dana@corp.example"},{"name":"amount","value":%d}]},
+"reasoning":"The user asked about their open invoices; I will look them up before answering."}}`,
+		i, session, i/4, i, i, tool, (i*37)%2000)
+}
+
+// startNoop starts this program again as the no-op floor server and returns its URL.
+func startNoop(ctx context.Context) (string, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("find own executable: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.CommandContext(ctx, self, "noop-server", addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start floor server: %w", err)
+	}
+	url := "http://" + addr + "/aos"
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	if err := waitReady("http://"+addr+"/ready", 10*time.Second); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("floor server: %w", err)
+	}
+	return url, stop, nil
+}
+
+func startVigil(ctx context.Context, bin, rules string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "vigil-loadgen-")
+	if err != nil {
+		return "", nil, fmt.Errorf("temp dir: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"serve", "--addr", addr, "--db", filepath.Join(dir, "vigil.db"), "--log-level", "warn"}
+	if rules != "" {
+		args = append(args, "--rules", rules)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	if err := waitReady("http://"+addr+"/api/info", 20*time.Second); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("vigil: %w", err)
+	}
+	return "http://" + addr + "/aos", stop, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitReady(url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready at %s after %s", url, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serveNoop is the floor: decode the JSON-RPC request and answer allow, nothing else.
+func serveNoop(addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("/aos", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"decision":"allow","message":"ok"}}`, req.ID)
+	})
+	return (&http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}).ListenAndServe()
+}

@@ -1,0 +1,226 @@
+package guardian
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/aos", g.handleAOS)
+	mux.HandleFunc("GET /api/info", g.handleInfo)
+	mux.HandleFunc("GET /api/sessions", g.handleSessions)
+	mux.HandleFunc("GET /api/sessions/{id}", g.handleSession)
+	mux.HandleFunc("GET /api/sessions/{id}/steps", g.handleSessionSteps)
+	mux.HandleFunc("GET /api/steps/{seq}", g.handleStep)
+	for _, m := range mount {
+		m(mux)
+	}
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	mux.Handle("/", uiHandler(ui))
+	return securityHeaders(mux)
+}
+
+// securityHeaders sets headers every response should carry.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Info is GET /api/info.
+type Info struct {
+	Version     string `json:"version"`
+	AOSEndpoint string `json:"aosEndpoint"`
+	DB          string `json:"db"`
+	RulesFile   string `json:"rulesFile,omitempty"`
+}
+
+func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
+	base := g.cfg.PublicURL
+	if base == "" {
+		base = "http://" + r.Host
+	}
+	WriteJSON(w, http.StatusOK, Info{
+		Version:     g.cfg.Version,
+		AOSEndpoint: strings.TrimRight(base, "/") + "/aos",
+		DB:          g.cfg.DBPath,
+		RulesFile:   g.cfg.RulesFile,
+	})
+}
+
+func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := intParam(w, q.Get("limit"), "limit", 50, 1, 500)
+	if !ok {
+		return
+	}
+	page, err := g.store.Sessions(r.Context(), storage.SessionQuery{Before: q.Get("before"), Limit: limit, Search: q.Get("q")})
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	if page.Sessions == nil {
+		page.Sessions = []storage.Session{}
+	}
+	WriteJSON(w, http.StatusOK, page)
+}
+
+func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
+	s, err := g.store.Session(r.Context(), r.PathValue("id"))
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, s)
+}
+
+type stepsPage struct {
+	Steps []storage.StepRecord `json:"steps"`
+	Next  *int64               `json:"next"`
+}
+
+func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := intParam(w, q.Get("limit"), "limit", 200, 1, 1000)
+	if !ok {
+		return
+	}
+	after, ok := intParam(w, q.Get("after"), "after", 0, 0, 1<<62)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := g.store.Session(r.Context(), id); err != nil {
+		g.storeError(w, err)
+		return
+	}
+	steps, err := g.store.Steps(r.Context(), storage.StepQuery{SessionID: id, After: int64(after), Limit: limit})
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	page := stepsPage{Steps: steps}
+	if page.Steps == nil {
+		page.Steps = []storage.StepRecord{}
+	}
+	if len(steps) == limit {
+		next := steps[len(steps)-1].Seq
+		page.Next = &next
+	}
+	WriteJSON(w, http.StatusOK, page)
+}
+
+func (g *Guardian) handleStep(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq <= 0 {
+		WriteError(w, http.StatusBadRequest, "invalid_argument", "seq: must be a positive integer")
+		return
+	}
+	rec, err := g.store.Step(r.Context(), seq)
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, rec)
+}
+
+func (g *Guardian) storeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, storage.ErrNotFound) {
+		WriteError(w, http.StatusNotFound, "not_found", err.Error())
+		return
+	}
+	g.log.Error("api: store", "err", err)
+	WriteError(w, http.StatusInternalServerError, "internal", "internal error")
+}
+
+// intParam parses an optional integer query parameter within [lo, hi]; it writes a 400
+// naming the parameter and returns false when the value is not acceptable.
+func intParam(w http.ResponseWriter, raw, name string, def, lo, hi int) (int, bool) {
+	if raw == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		WriteError(w, http.StatusBadRequest, "invalid_argument",
+			name+": must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
+		return 0, false
+	}
+	return n, true
+}
+
+// APIError is the body of every console API error.
+type APIError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// WriteError writes a console API error.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
+	var e APIError
+	e.Error.Code = code
+	e.Error.Message = message
+	WriteJSON(w, status, e)
+}
+
+// WriteJSON writes v as a JSON response.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":{"code":"internal","message":"encode response"}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// uiHandler serves the embedded console. Unknown paths get index.html so the client-side
+// router can handle them; a build without the frontend gets a short explanatory page.
+func uiHandler(ui fs.FS) http.Handler {
+	if ui != nil {
+		if _, err := fs.Stat(ui, "index.html"); err != nil {
+			ui = nil
+		}
+	}
+	if ui == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>Vigil</title>` +
+				`<body style="font-family:system-ui;margin:3rem"><h1>Vigil</h1>` +
+				`<p>The guardian is running; its AOS endpoint is <code>/aos</code>.</p>` +
+				`<p>This binary was built without the console UI. Build it with <code>make build</code>.</p>`))
+		})
+	}
+	files := http.FileServerFS(ui)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := strings.TrimPrefix(r.URL.Path, "/")
+		if p != "" {
+			if _, err := fs.Stat(ui, p); err != nil {
+				r2 := r.Clone(r.Context())
+				r2.URL.Path = "/"
+				files.ServeHTTP(w, r2)
+				return
+			}
+			if strings.HasPrefix(p, "assets/") {
+				// Vite names assets by content hash, so they never change.
+				w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+			}
+		}
+		files.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,343 @@
+// Package guardian is Vigil's HTTP surface and decision pipeline: the AOS endpoint, the
+// console API and the embedded UI.
+package guardian
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Config holds the guardian's settings; main fills it from flags and environment.
+type Config struct {
+	// Version is reported by ping and /api/info.
+	Version string
+	// MaxBodyBytes limits one POST /aos body (default 10 MiB).
+	MaxBodyBytes int64
+	// MaxBatch limits the number of requests in one JSON-RPC batch (default 1000).
+	MaxBatch int
+	// HistorySize is how many recent steps of a session rules can see (default 200).
+	HistorySize int
+	// SessionCache is how many sessions' histories stay in memory (default 10000).
+	SessionCache int
+	// PublicURL is the base URL printed and reported by /api/info, e.g. http://127.0.0.1:7878.
+	PublicURL string
+	// DBPath and RulesFile are reported by /api/info.
+	DBPath    string
+	RulesFile string
+}
+
+func (c *Config) withDefaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 10 << 20
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1000
+	}
+	if c.HistorySize <= 0 {
+		c.HistorySize = 200
+	}
+	if c.SessionCache <= 0 {
+		c.SessionCache = 10000
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+}
+
+// Publisher receives every committed event for the live stream. It must not block.
+type Publisher interface {
+	Publish(ev storage.Event)
+}
+
+// Options are the guardian's collaborators. Store is required; the rest have defaults.
+type Options struct {
+	Store  Store
+	Policy Policy
+	// Holds parks held steps and knows session controls; nil means hold decisions deny.
+	Holds     HoldService
+	Publisher Publisher
+	Logger    *slog.Logger
+	// Now is the clock; tests pass a fixed one.
+	Now func() time.Time
+	// UI is the console's static files (the embedded frontend/dist); nil serves a short page.
+	UI fs.FS
+	// Mount adds further routes (rules, holds, live) to the mux.
+	Mount []func(mux *http.ServeMux)
+}
+
+// Guardian decides steps and serves the HTTP surface.
+type Guardian struct {
+	cfg      Config
+	store    Store
+	policy   Policy
+	holds    HoldService
+	pub      Publisher
+	log      *slog.Logger
+	now      func() time.Time
+	sessions *sessionCache
+	handler  http.Handler
+}
+
+// New builds a guardian.
+func New(cfg Config, opts Options) (*Guardian, error) {
+	if opts.Store == nil {
+		return nil, errors.New("guardian: a store is required")
+	}
+	cfg.withDefaults()
+	g := &Guardian{
+		cfg:    cfg,
+		store:  opts.Store,
+		policy: opts.Policy,
+		holds:  opts.Holds,
+		pub:    opts.Publisher,
+		log:    opts.Logger,
+		now:    opts.Now,
+	}
+	if g.policy == nil {
+		g.policy = AllowAll{}
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.sessions = newSessionCache(cfg.SessionCache, cfg.HistorySize, opts.Store)
+	g.handler = g.routes(opts.UI, opts.Mount)
+	return g, nil
+}
+
+// Handler is the whole HTTP surface: /aos, /api and the console UI.
+func (g *Guardian) Handler() http.Handler { return g.handler }
+
+// Policy returns the guardian's policy.
+func (g *Guardian) Policy() Policy { return g.policy }
+
+// RequestMeta is what the transport knows about a step beyond its body.
+type RequestMeta struct {
+	// SessionHeader is the X-Vigil-Session header, used for steps that carry no session.
+	SessionHeader string
+	// RemoteAddr attributes context-free steps (MCP, A2A) when nothing else names a session.
+	RemoteAddr string
+	// ReceivedAt is when the request arrived.
+	ReceivedAt time.Time
+}
+
+// Outcome is the decided and stored result of one step.
+type Outcome struct {
+	// Response is the JSON-RPC response to send (also stored); nil for a notification.
+	Response json.RawMessage
+	Record   storage.StepRecord
+}
+
+// SessionFor names the session a step belongs to. Steps with a StepContext use its session
+// id; A2A and MCP steps use their context id when present, then the X-Vigil-Session header,
+// then "<kind>@<client address>" so one client's protocol traffic stays together.
+func SessionFor(step *aos.Step, meta RequestMeta) string {
+	if id := step.SessionHint(); id != "" {
+		return id
+	}
+	if meta.SessionHeader != "" {
+		return meta.SessionHeader
+	}
+	host := meta.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "" {
+		host = "local"
+	}
+	return string(step.Kind) + "@" + host
+}
+
+// Decide runs the decision pipeline for one validated step: policy, hold, store, publish.
+// It returns the response to send. The step is stored even when ctx is cancelled meanwhile.
+func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta) (Outcome, error) {
+	start := meta.ReceivedAt
+	if start.IsZero() {
+		start = g.now()
+	}
+	if step.Kind == aos.KindPing {
+		return g.ping(step)
+	}
+	sessionID := SessionFor(step, meta)
+	hist := g.sessions.get(ctx, sessionID)
+
+	var v Verdict
+	control := ""
+	if g.holds != nil {
+		control = g.holds.Control(sessionID)
+	}
+	switch control {
+	case "blocked":
+		v = Verdict{Decision: string(aos.Deny), RuleID: "session-blocked", ReasonCodes: []string{"SESSION_BLOCKED"},
+			Message: "This session was blocked by an operator."}
+	case "paused":
+		v = Verdict{Decision: DecisionHold, RuleID: "session-paused", ReasonCodes: []string{"SESSION_PAUSED"},
+			Message: "This session is paused by an operator; the step waits for review."}
+	default:
+		v = g.policy.Decide(ctx, step, hist.snapshot(), start)
+	}
+
+	held := false
+	if v.Decision == DecisionHold {
+		held = true
+		v = g.resolveHold(ctx, step, sessionID, v)
+	}
+
+	rec := g.record(step, sessionID, v, start, held)
+	resp, err := g.response(step, v)
+	if err != nil {
+		return Outcome{}, err
+	}
+	rec.Response = resp
+	if resp == nil {
+		rec.Response = json.RawMessage("null")
+	}
+	rec.LatencyMicros = g.now().Sub(start).Microseconds()
+
+	// The agent may have gone away while the step was held; the step is still recorded.
+	if err := g.store.SaveStep(context.WithoutCancel(ctx), &rec); err != nil {
+		return Outcome{}, fmt.Errorf("store step: %w", err)
+	}
+	hist.add(rec)
+	if g.pub != nil {
+		if payload, err := json.Marshal(rec); err == nil {
+			g.pub.Publish(storage.Event{Seq: rec.Seq, Type: "step", SessionID: sessionID, At: rec.ReceivedAt, Payload: payload})
+		}
+	}
+	if step.IsNotification() {
+		return Outcome{Record: rec}, nil
+	}
+	return Outcome{Response: resp, Record: rec}, nil
+}
+
+func (g *Guardian) ping(step *aos.Step) (Outcome, error) {
+	if step.IsNotification() {
+		return Outcome{}, nil
+	}
+	res := aos.PingResult{Status: "connected", Version: g.cfg.Version, Timestamp: g.now().UTC().Format(time.RFC3339Nano)}
+	b, err := json.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("encode ping: %w", err)
+	}
+	return Outcome{Response: b}, nil
+}
+
+// resolveHold waits for an operator (or the hold's timeout) and turns the outcome into a
+// final verdict. Without a hold service a hold fails closed.
+func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID string, v Verdict) Verdict {
+	if g.holds == nil {
+		v.Decision = string(aos.Deny)
+		v.Message = "Held for review, but no reviewer queue is configured; denied."
+		return v
+	}
+	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
+	if err != nil {
+		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
+		v.Decision = string(aos.Deny)
+		v.Message = "The step could not be queued for review; denied."
+		return v
+	}
+	v.Decision = out.Decision
+	if out.Message != "" {
+		v.Message = out.Message
+	}
+	if out.Reasoning != "" {
+		v.Reasoning = out.Reasoning
+	}
+	v.ModifiedParams = out.Params
+	return v
+}
+
+func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) storage.StepRecord {
+	rec := storage.StepRecord{
+		SessionID:    sessionID,
+		Method:       step.Method,
+		Kind:         string(step.Kind),
+		Tool:         step.ToolID(),
+		Decision:     v.Decision,
+		ReceivedAt:   at.UTC(),
+		Request:      step.Raw,
+		MatchedRules: v.Matches,
+		Text:         step.Text(),
+		Held:         held,
+	}
+	if rec.MatchedRules == nil {
+		rec.MatchedRules = []storage.RuleMatch{}
+	}
+	if c := step.Context; c != nil {
+		rec.TurnID = c.TurnID
+		rec.StepID = c.StepID
+		rec.AgentID = c.Agent.ID
+		rec.AgentName = c.Agent.Name
+		if c.User != nil {
+			rec.UserID = c.User.ID
+		}
+	}
+	return rec
+}
+
+// response builds the JSON-RPC answer for a decided step; nil for a notification.
+func (g *Guardian) response(step *aos.Step, v Verdict) (json.RawMessage, error) {
+	if step.IsNotification() {
+		return nil, nil
+	}
+	res := aos.Result{
+		Decision:   aos.Decision(v.Decision),
+		Reasoning:  v.Reasoning,
+		ReasonCode: v.ReasonCodes,
+		Message:    v.Message,
+	}
+	if v.RuleID != "" {
+		res.Data = map[string]any{"ruleId": v.RuleID}
+	}
+	if v.Decision == string(aos.Modify) {
+		if v.ModifiedParams == nil {
+			// A modify without new params changes nothing; answer allow rather than an
+			// unusable modify.
+			res.Decision = aos.Allow
+		} else {
+			mr, err := aos.NewModifiedRequest(step, v.ModifiedParams)
+			if err != nil {
+				return nil, fmt.Errorf("build modified request: %w", err)
+			}
+			res.ModifiedRequest = mr
+		}
+	}
+	if res.Message == "" {
+		res.Message = defaultMessage(res.Decision)
+	}
+	b, err := json.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	if err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return b, nil
+}
+
+func defaultMessage(d aos.Decision) string {
+	switch d {
+	case aos.Deny:
+		return "Denied by policy."
+	case aos.Modify:
+		return "Allowed with modifications."
+	default:
+		return "Allowed."
+	}
+}
+
+// clientAddr is the request's remote host, for attribution of context-free steps.
+func clientAddr(r *http.Request) string {
+	return strings.TrimSpace(r.RemoteAddr)
+}

@@ -1,0 +1,53 @@
+package guardian
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Verdict is what a policy decides about one step, before holds are resolved.
+type Verdict struct {
+	// Decision is allow, deny, modify, or hold.
+	Decision string
+	// RuleID is the deciding rule; empty when the default decision applied.
+	RuleID      string
+	Message     string
+	Reasoning   string
+	ReasonCodes []string
+	// Matches lists every matching rule (enforced and monitor mode) and every rule error.
+	Matches []storage.RuleMatch
+	// ModifiedParams replaces the step's params when Decision is modify.
+	ModifiedParams json.RawMessage
+	// HoldTimeout and HoldOnTimeout apply when Decision is hold.
+	HoldTimeout   time.Duration
+	HoldOnTimeout string
+}
+
+// DecisionHold parks a step until an operator decides; it is never sent to an agent.
+const DecisionHold = "hold"
+
+// History is what the guardian knows of a session when a step arrives.
+type History struct {
+	SessionID string
+	// StepCount counts every step of the session stored so far.
+	StepCount int
+	// Steps holds the newest steps, oldest first, at most Config.HistorySize.
+	Steps []storage.StepRecord
+}
+
+// Policy decides steps. The rules engine is one; AllowAll is the fallback.
+type Policy interface {
+	Decide(ctx context.Context, step *aos.Step, hist *History, now time.Time) Verdict
+}
+
+// AllowAll answers allow to every step; it is the policy when no rules are configured.
+type AllowAll struct{}
+
+// Decide implements Policy.
+func (AllowAll) Decide(context.Context, *aos.Step, *History, time.Time) Verdict {
+	return Verdict{Decision: string(aos.Allow), Message: "No rule matched; allowed by default."}
+}

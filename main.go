@@ -1,0 +1,187 @@
+// Command vigil is a guardian for AI agents: an AOS endpoint that decides every step with
+// rules, stores it, and shows it live to operators in a console (desktop window or browser).
+package main
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+//go:embed all:frontend/dist
+var embedded embed.FS
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+// Config is every setting of a running guardian, filled from flags and VIGIL_* variables.
+type Config struct {
+	Addr         string
+	DB           string
+	RulesFile    string
+	LogLevel     string
+	LogFormat    string
+	MaxBodyBytes int64
+	HoldTimeout  time.Duration
+	MaxHolds     int
+	// DefaultDecision is answered when no rule matches.
+	DefaultDecision string
+	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
+	OnRuleError string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "":
+		return runDesktop(args, stdout, stderr)
+	case "serve":
+		return runServe(args, stdout, stderr)
+	case "rules":
+		return runRules(args, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "vigil %s\n", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "vigil: unknown command %q\n\n", cmd)
+		usage(stderr)
+		return 2
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Vigil watches over AI agents: an AOS guardian with an operator console.
+
+Usage:
+  vigil [flags]                 desktop window + guardian (falls back to serve without a display)
+  vigil serve [flags]           headless guardian + console over HTTP
+  vigil rules check FILE...     compile rules files; exit 1 on any error
+  vigil rules test FILE...      run the test cases in rules files; exit 1 on any failure
+  vigil version                 print the version
+
+Run 'vigil serve -h' for the flags. Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_ADDR).
+`)
+}
+
+// parseConfig reads flags, with VIGIL_* environment variables as defaults.
+func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
+	cfg := Config{}
+	fset := flag.NewFlagSet(name, flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "listen address (loopback by default)")
+	fset.StringVar(&cfg.DB, "db", defaultDBPath(), "SQLite database file")
+	fset.StringVar(&cfg.RulesFile, "rules", "", "rules file (YAML or JSON) loaded at start")
+	fset.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fset.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
+	fset.Int64Var(&cfg.MaxBodyBytes, "max-body", 10<<20, "largest accepted /aos request body in bytes")
+	fset.DurationVar(&cfg.HoldTimeout, "hold-timeout", 5*time.Minute, "default time a held step waits for an operator")
+	fset.IntVar(&cfg.MaxHolds, "max-holds", 1000, "most holds pending at once; further holds fail closed")
+	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
+	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
+	// Environment first, so flags on the command line win.
+	var envErr error
+	fset.VisitAll(func(f *flag.Flag) {
+		key := "VIGIL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(key); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", key, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, envErr
+	}
+	if err := fset.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fset.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fset.Arg(0))
+	}
+	switch cfg.DefaultDecision {
+	case "allow", "deny":
+	default:
+		return cfg, fmt.Errorf("-default-decision: must be allow or deny, got %q", cfg.DefaultDecision)
+	}
+	switch cfg.OnRuleError {
+	case "allow", "deny":
+	default:
+		return cfg, fmt.Errorf("-on-rule-error: must be allow or deny, got %q", cfg.OnRuleError)
+	}
+	return cfg, nil
+}
+
+func defaultDBPath() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "vigil.db"
+	}
+	return filepath.Join(dir, "vigil", "vigil.db")
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func uiFS() fs.FS {
+	sub, err := fs.Sub(embedded, "frontend/dist")
+	if err != nil {
+		return nil
+	}
+	return sub
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig("serve", args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "vigil serve: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := startServer(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "vigil serve: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Vigil guardian listening on %s (AOS endpoint /aos)\n", srv.URL)
+	<-ctx.Done()
+	log.Info("shutting down")
+	if err := srv.Shutdown(10 * time.Second); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}
