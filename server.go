@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -41,6 +43,20 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &server{URL: url, db: db, log: log, cancel: cancel, done: make(chan struct{})}
 
+	hub := live.NewHub(live.Options{
+		Source: db,
+		// The desktop window loads the console from the guardian itself; these cover the
+		// webview's own origins should a page be served from Wails' asset server.
+		AllowedOrigins: []string{"wails://wails", "http://wails.localhost", "wails://wails.localhost"},
+		Logger:         log,
+	})
+	hubDone := make(chan struct{})
+	go func() {
+		defer close(hubDone)
+		hub.Run(runCtx)
+	}()
+	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
+
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -48,17 +64,22 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		DBPath:       db.Path(),
 		RulesFile:    cfg.RulesFile,
 	}, guardian.Options{
-		Store:  db,
-		Logger: log,
-		UI:     uiFS(),
+		Store:     db,
+		Logger:    log,
+		UI:        uiFS(),
+		Publisher: hub,
+		Mount: []func(*http.ServeMux){
+			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
+		},
 	})
 	if err != nil {
 		cancel()
 		_ = ln.Close()
 		_ = db.Close()
+		<-hubDone
 		return nil, fmt.Errorf("start guardian: %w", err)
 	}
-	_ = runCtx
+	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -91,4 +112,29 @@ func (s *server) Shutdown(grace time.Duration) error {
 	}
 	errDB := s.db.Close()
 	return errors.Join(errHTTP, errDB)
+}
+
+// publishStats sends the traffic summary to live clients every few seconds, only while
+// someone is watching.
+func publishStats(ctx context.Context, g *guardian.Guardian, hub *live.Hub, log *slog.Logger) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if hub.Clients() == 0 {
+			continue
+		}
+		st, err := g.Stats(ctx)
+		if err != nil {
+			log.Warn("stats tick", "err", err)
+			continue
+		}
+		if b, err := json.Marshal(st); err == nil {
+			hub.PublishStats(b)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 package guardian
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -19,6 +21,7 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 	mux.HandleFunc("GET /api/sessions/{id}", g.handleSession)
 	mux.HandleFunc("GET /api/sessions/{id}/steps", g.handleSessionSteps)
 	mux.HandleFunc("GET /api/steps/{seq}", g.handleStep)
+	mux.HandleFunc("GET /api/stats", g.handleStats)
 	for _, m := range mount {
 		m(mux)
 	}
@@ -134,6 +137,27 @@ func (g *Guardian) handleStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteJSON(w, http.StatusOK, rec)
+}
+
+func (g *Guardian) handleStats(w http.ResponseWriter, r *http.Request) {
+	st, err := g.Stats(r.Context())
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, st)
+}
+
+// Stats is the traffic summary of GET /api/stats, with the pending hold count.
+func (g *Guardian) Stats(ctx context.Context) (storage.Stats, error) {
+	st, err := g.store.Stats(ctx, g.now())
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	if c, ok := g.holds.(interface{ Pending() int }); ok && g.holds != nil {
+		st.PendingHolds = int64(c.Pending())
+	}
+	return st, nil
 }
 
 func (g *Guardian) storeError(w http.ResponseWriter, err error) {

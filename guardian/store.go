@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"context"
+	"time"
 
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -23,5 +24,7 @@ type Store interface {
 	RecentSteps(ctx context.Context, sessionID string, limit int) ([]storage.StepRecord, error)
 	// EventsAfter returns events with seq > after in seq order, at most limit.
 	EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error)
+	// Stats summarises recent traffic for GET /api/stats and the live stats ticks.
+	Stats(ctx context.Context, now time.Time) (storage.Stats, error)
 	Close() error
 }

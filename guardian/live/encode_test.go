@@ -1,0 +1,41 @@
+package live
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+func TestEncodeEventMatchesJSONMarshal(t *testing.T) {
+	at := time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
+	tests := []struct {
+		name string
+		ev   storage.Event
+	}{
+		{"step", storage.Event{Seq: 42, Type: "step", SessionID: "s1", At: at, Payload: json.RawMessage(`{"seq":42,"decision":"deny"}`)}},
+		{"stats without session", storage.Event{Type: "stats", At: at, Payload: json.RawMessage(`{"steps":3}`)}},
+		{"nil payload", storage.Event{Seq: 1, Type: "rule.changed", At: at}},
+		{"zero time", storage.Event{Seq: 2, Type: "audit", Payload: json.RawMessage(`[]`)}},
+		{"offset time", storage.Event{Seq: 3, Type: "step", At: time.Date(2025, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 3600)), Payload: json.RawMessage(`1`)}},
+		{"escaped strings", storage.Event{Seq: 4, Type: "a\"b\\c<d>&\n", SessionID: "sé\x01\xff", At: at, Payload: json.RawMessage(`"<tag>"`)}},
+		{"spaced payload", storage.Event{Seq: 5, Type: "step", At: at, Payload: json.RawMessage("{ \"a\" : [1, 2] }")}},
+		{"large seq", storage.Event{Seq: 1<<62 + 7, Type: "step", At: at, Payload: json.RawMessage(`{}`)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want, err := json.Marshal(tt.ev)
+			require.NoError(t, err)
+			got := encodeEvent(tt.ev)
+			require.JSONEq(t, string(want), string(got))
+			var back storage.Event
+			require.NoError(t, json.Unmarshal(got, &back))
+			require.Equal(t, tt.ev.Seq, back.Seq)
+			require.Equal(t, tt.ev.SessionID != "", back.SessionID != "")
+			require.True(t, tt.ev.At.Equal(back.At))
+		})
+	}
+}

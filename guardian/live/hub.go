@@ -1,0 +1,584 @@
+// Package live streams the guardian's events to operator consoles over a websocket
+// (GET /api/live).
+//
+// One goroutine (Run) owns the set of connected clients. Publish hands an event to it through a
+// buffered channel and never blocks; the hub delivers events to every client in strictly
+// increasing seq order, each client through its own bounded buffer. A client whose buffer fills
+// is dropped (closed with 1008 "too slow") and reconnects with ?after=SEQ, replaying what it
+// missed from the store: a slow or dead console never slows the guardian.
+//
+// The store is the authority. Publishers may call Publish out of seq order (concurrent
+// committers of one group commit return together), and a Publish may even be dropped when the
+// hub's queue is full. The hub holds back an event whose predecessors have not arrived yet and,
+// if they do not arrive within a short wait, reads the missing ones from the store. This relies
+// on the store making events visible in seq order: once seq N is committed, every smaller seq
+// that will ever exist is committed too (true of SQLite's single writer).
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Source is the event log the hub replays from: the store.
+type Source interface {
+	// EventsAfter returns events with seq > after in seq order, at most limit.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error)
+}
+
+// Options configure a Hub. Zero values take the defaults noted per field.
+type Options struct {
+	// Source serves replays (?after=SEQ) and fills holes in the live sequence. Nil means an
+	// empty log: no replay, and a dropped Publish makes every client resync.
+	Source Source
+	// AllowedOrigins are exact Origin values accepted besides same-origin requests and
+	// requests without an Origin header, e.g. "wails://wails", "http://wails.localhost".
+	AllowedOrigins []string
+	// ClientBuffer is the number of events queued per client before it is dropped (256).
+	ClientBuffer int
+	// PublishBuffer is the hub's inbound queue; a Publish that finds it full is counted as
+	// dropped and recovered from Source (4096).
+	PublishBuffer int
+	// WriteTimeout bounds every write to a client (10s).
+	WriteTimeout time.Duration
+	// PingInterval is how often the server pings (9/10 of PongWait); it must be below
+	// PongWait, otherwise the default is used.
+	PingInterval time.Duration
+	// PongWait is how long a client may stay silent (no pong, no message) before it is
+	// considered dead (60s).
+	PongWait time.Duration
+	// MaxMessageBytes limits messages from clients, which have nothing to say (512).
+	MaxMessageBytes int64
+	// Logger receives connection and recovery logs (slog.Default()).
+	Logger *slog.Logger
+	// Authorize, when set, is called before the upgrade; an error answers 401.
+	Authorize func(r *http.Request) error
+}
+
+// Counters are the hub's running totals, for stats and logs.
+type Counters struct {
+	// Clients is the number of connected clients.
+	Clients int
+	// Published counts events accepted by Publish.
+	Published int64
+	// Dropped counts Publish calls that found the inbound queue full.
+	Dropped int64
+	// SlowClients counts clients dropped because their buffer filled.
+	SlowClients int64
+	// Resyncs counts the times every client was closed to resync from the store because
+	// the hub could not recover an event.
+	Resyncs int64
+	// StoreFills counts reads of the store to fill a hole in the live sequence.
+	StoreFills int64
+}
+
+const (
+	defaultClientBuffer  = 256
+	defaultPublishBuffer = 4096
+	defaultWriteTimeout  = 10 * time.Second
+	defaultPongWait      = 60 * time.Second
+	defaultMaxMessage    = 512
+
+	// reorderWait is how long an event is held back waiting for a smaller seq that was
+	// committed but not yet published; concurrent committers publish within microseconds.
+	reorderWait = 20 * time.Millisecond
+	// maxWaits bounds how many reorderWait periods a hole may stay open while the inbound
+	// queue is still busy (the missing event may be queued) before the store is read.
+	maxWaits = 3
+	// maxPending bounds the held-back events; beyond it the hole is filled at once.
+	maxPending = 4096
+	// fillPage and replayPage are the page sizes of store reads.
+	fillPage   = 500
+	replayPage = 500
+	// fillTimeout bounds one fill from the store, which runs on the hub goroutine.
+	fillTimeout = 10 * time.Second
+	// closeWait bounds the wait for a peer's answer to our close frame.
+	closeWait = time.Second
+)
+
+// Close codes sent to clients; see readme-live.md for what a client does with each.
+var (
+	closeTooSlow   = closeReason{websocket.ClosePolicyViolation, "too slow: reconnect with after"}
+	closeGoingAway = closeReason{websocket.CloseGoingAway, "server shutting down"}
+	closeResync    = closeReason{websocket.CloseTryAgainLater, "events lost: reconnect with after"}
+	closeReplay    = closeReason{websocket.CloseInternalServerErr, "replay failed: reconnect with after"}
+)
+
+type closeReason struct {
+	code int
+	text string
+}
+
+// frame is one encoded event, shared by every client it goes to.
+type frame struct {
+	seq     int64
+	session string
+	data    []byte
+}
+
+// client is one connection as the hub sees it. The hub goroutine owns the set; the
+// connection's handler owns the socket.
+type client struct {
+	session string
+	// after is the replay position, -1 for a live start.
+	after int64
+	send  chan frame
+	// quit is closed by the hub when it drops the client; reason is set just before.
+	quit   chan struct{}
+	reason closeReason
+	// cancel stops the client's replay and connection context.
+	cancel context.CancelFunc
+	// registered is closed by the hub once the client is in its set and counted.
+	registered chan struct{}
+}
+
+// Hub fans events out to websocket clients. Create it with NewHub, run Run in one goroutine,
+// and mount it at /api/live.
+type Hub struct {
+	opts     Options
+	log      *slog.Logger
+	upgrader websocket.Upgrader
+
+	in         chan frame
+	register   chan *client
+	unregister chan *client
+	// stopping is closed when Run begins shutting down.
+	stopping chan struct{}
+	started  atomic.Bool
+
+	// lostMax is the highest seq a Publish had to drop; the hub fills up to it from Source.
+	lostMax atomic.Int64
+
+	clients     atomic.Int64
+	published   atomic.Int64
+	dropped     atomic.Int64
+	slowClients atomic.Int64
+	resyncs     atomic.Int64
+	fills       atomic.Int64
+
+	// mu guards closed and the Add side of conns, so Run can wait for every connection
+	// handler (they read from Source) before it returns.
+	mu     sync.Mutex
+	closed bool
+	conns  sync.WaitGroup
+}
+
+// NewHub returns a hub with opts' defaults filled in. Run must be running for clients to
+// connect.
+func NewHub(opts Options) *Hub {
+	if opts.Source == nil {
+		opts.Source = emptySource{}
+	}
+	if opts.ClientBuffer <= 0 {
+		opts.ClientBuffer = defaultClientBuffer
+	}
+	if opts.PublishBuffer <= 0 {
+		opts.PublishBuffer = defaultPublishBuffer
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = defaultWriteTimeout
+	}
+	if opts.PongWait <= 0 {
+		opts.PongWait = defaultPongWait
+	}
+	if opts.PingInterval <= 0 || opts.PingInterval >= opts.PongWait {
+		opts.PingInterval = opts.PongWait * 9 / 10
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = defaultMaxMessage
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Hub{
+		opts:       opts,
+		log:        opts.Logger.With("component", "live"),
+		in:         make(chan frame, opts.PublishBuffer),
+		register:   make(chan *client),
+		unregister: make(chan *client),
+		stopping:   make(chan struct{}),
+	}
+	h.upgrader = websocket.Upgrader{
+		HandshakeTimeout: opts.WriteTimeout,
+		ReadBufferSize:   1024,
+		// ServeHTTP checks the origin itself, before registering the client, so that a
+		// rejection is a plain 403 with the API's error body.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+			code := "bad_request"
+			if status >= http.StatusInternalServerError {
+				code = "internal"
+			}
+			writeError(w, status, code, reason.Error())
+		},
+	}
+	return h
+}
+
+// Publish queues ev for every connected client. It never blocks: when the hub's queue is
+// full the event is counted as dropped and, for a stored event (seq > 0), read back from
+// Source later, so connected clients still receive it in order. Call it after the event is
+// committed; calls may come from many goroutines and out of seq order. ev.Payload must be
+// valid JSON (it is sent as is). Events with seq 0 (stats) are live only and may be lost
+// under overload.
+func (h *Hub) Publish(ev storage.Event) {
+	select {
+	case <-h.stopping:
+		return
+	default:
+	}
+	// Encoding here spreads the work over the publishers instead of the hub goroutine,
+	// and copies the payload so the caller may reuse it.
+	select {
+	case h.in <- frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)}:
+		h.published.Add(1)
+	default:
+		h.dropped.Add(1)
+		if ev.Seq > 0 {
+			for {
+				cur := h.lostMax.Load()
+				if ev.Seq <= cur || h.lostMax.CompareAndSwap(cur, ev.Seq) {
+					break
+				}
+			}
+		}
+	}
+}
+
+// PublishStats publishes a "stats" tick (seq 0, not stored, not replayed).
+func (h *Hub) PublishStats(payload json.RawMessage) {
+	h.Publish(storage.Event{Type: "stats", At: time.Now().UTC(), Payload: payload})
+}
+
+// Clients returns the number of connected clients.
+func (h *Hub) Clients() int { return int(h.clients.Load()) }
+
+// Counters returns the hub's running totals.
+func (h *Hub) Counters() Counters {
+	return Counters{
+		Clients:     h.Clients(),
+		Published:   h.published.Load(),
+		Dropped:     h.dropped.Load(),
+		SlowClients: h.slowClients.Load(),
+		Resyncs:     h.resyncs.Load(),
+		StoreFills:  h.fills.Load(),
+	}
+}
+
+// Run owns the client set and delivers published events until ctx is done. Then it closes
+// every client (1001 going away), waits for their handlers to finish, and returns. Call it
+// once.
+func (h *Hub) Run(ctx context.Context) {
+	if !h.started.CompareAndSwap(false, true) {
+		h.log.Error("Run called more than once")
+		return
+	}
+	l := &loop{
+		hub:     h,
+		head:    -1,
+		pending: make(map[int64]frame),
+		clients: make(map[*client]struct{}),
+		timer:   time.NewTimer(reorderWait),
+	}
+	l.timer.Stop()
+	defer l.shutdown()
+
+	// Start from the store's newest seq: anything at or below it was committed before the
+	// hub ran, so clients get it by replay, and anything above must arrive in order.
+	if head, err := storeHead(ctx, h.opts.Source); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		h.log.Warn("reading the newest seq failed; starting from the first published event", "err", err)
+	} else {
+		l.head = head
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-h.register:
+			l.clients[c] = struct{}{}
+			h.clients.Store(int64(len(l.clients)))
+			close(c.registered)
+		case c := <-h.unregister:
+			if _, ok := l.clients[c]; ok {
+				delete(l.clients, c)
+				h.clients.Store(int64(len(l.clients)))
+			}
+		case f := <-h.in:
+			l.accept(f)
+		case <-l.timer.C:
+			l.armed = false
+			l.expired = true
+			l.waits++
+		}
+		l.settle(ctx)
+	}
+}
+
+// loop is Run's state; only the Run goroutine touches it.
+type loop struct {
+	hub     *Hub
+	clients map[*client]struct{}
+	// head is the highest seq delivered (or known to be covered); -1 until known.
+	head int64
+	// pending holds events that arrived ahead of a missing smaller seq.
+	pending map[int64]frame
+	timer   *time.Timer
+	armed   bool
+	expired bool
+	waits   int
+}
+
+func (l *loop) accept(f frame) {
+	switch {
+	case f.seq == 0:
+		l.deliver(f)
+	case l.head < 0 || f.seq > l.head+1:
+		l.pending[f.seq] = f
+	case f.seq <= l.head:
+		// Already delivered, read from the store while its Publish was on the way.
+	default:
+		l.deliver(f)
+		l.head = f.seq
+		l.drain()
+	}
+}
+
+// drain delivers pending events that continue the sequence.
+func (l *loop) drain() {
+	for {
+		f, ok := l.pending[l.head+1]
+		if !ok {
+			return
+		}
+		delete(l.pending, f.seq)
+		l.deliver(f)
+		l.head = f.seq
+	}
+}
+
+// settle decides, after every wake-up, whether a hole in the sequence must be filled now,
+// later, or not at all.
+func (l *loop) settle(ctx context.Context) {
+	lost := l.hub.lostMax.Load()
+	if len(l.pending) == 0 && (l.head < 0 || lost <= l.head) {
+		l.disarm()
+		return
+	}
+	if len(l.pending) >= maxPending ||
+		(l.expired && (len(l.hub.in) == 0 || l.waits >= maxWaits)) {
+		l.resolve(ctx)
+		l.disarm()
+		return
+	}
+	if !l.armed {
+		l.timer.Reset(reorderWait)
+		l.armed = true
+	}
+}
+
+func (l *loop) disarm() {
+	if l.armed {
+		l.timer.Stop()
+	}
+	l.armed, l.expired, l.waits = false, false, 0
+}
+
+// resolve closes the hole: it reads the missing events from the store and delivers them and
+// the pending ones in order. If an event dropped by Publish cannot be found, every client is
+// told to resync, since each would otherwise miss it without knowing.
+func (l *loop) resolve(ctx context.Context) {
+	h := l.hub
+	if l.head < 0 {
+		// The store's head was unknown: the earliest event that arrived starts the sequence.
+		l.head = slices.Min(mapKeys(l.pending)) - 1
+		l.drain()
+	}
+	// Drops that happen during this fill are left to the next one.
+	lost := h.lostMax.Load()
+	target := lost
+	if len(l.pending) > 0 {
+		target = max(target, slices.Max(mapKeys(l.pending)))
+	}
+	if target <= l.head {
+		return
+	}
+	h.fills.Add(1)
+	fillCtx, cancel := context.WithTimeout(ctx, fillTimeout)
+	defer cancel()
+	if err := l.fill(fillCtx, target); err != nil {
+		if ctx.Err() != nil {
+			return // shutting down; every client is closed anyway
+		}
+		h.log.Error("filling the live sequence from the store failed; clients will resync",
+			"after", l.head, "err", err)
+		l.head = max(l.head, target)
+		clear(l.pending)
+		l.resyncAll()
+		return
+	}
+	l.drain()
+	// Whatever is still pending lies beyond the store's end or behind seqs the store does not
+	// have: those seqs do not exist, so deliver the rest in order.
+	keys := mapKeys(l.pending)
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k > l.head {
+			l.deliver(l.pending[k])
+			l.head = k
+		}
+	}
+	clear(l.pending)
+	if lost > l.head {
+		h.log.Warn("a dropped event is not in the store; clients will resync", "seq", lost)
+		l.head = lost
+		l.resyncAll()
+	}
+}
+
+// fill reads events after head until it passes target or reaches the store's end, and
+// delivers them.
+func (l *loop) fill(ctx context.Context, target int64) error {
+	for l.head < target {
+		evs, err := l.hub.opts.Source.EventsAfter(ctx, l.head, fillPage)
+		if err != nil {
+			return fmt.Errorf("events after %d: %w", l.head, err)
+		}
+		before := l.head
+		for _, ev := range evs {
+			if ev.Seq <= l.head {
+				continue
+			}
+			l.deliver(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})
+			l.head = ev.Seq
+		}
+		for k := range l.pending {
+			if k <= l.head {
+				delete(l.pending, k)
+			}
+		}
+		if len(evs) < fillPage || l.head == before {
+			return nil
+		}
+	}
+	return nil
+}
+
+// deliver queues f for every client it is for, dropping any client whose buffer is full.
+func (l *loop) deliver(f frame) {
+	for c := range l.clients {
+		if c.session != "" && f.seq != 0 && f.session != c.session {
+			continue
+		}
+		select {
+		case c.send <- f:
+		default:
+			l.hub.slowClients.Add(1)
+			l.hub.log.Info("dropping a client that cannot keep up", "session", c.session)
+			l.drop(c, closeTooSlow)
+		}
+	}
+}
+
+func (l *loop) drop(c *client, reason closeReason) {
+	delete(l.clients, c)
+	l.hub.clients.Store(int64(len(l.clients)))
+	c.reason = reason
+	close(c.quit)
+	c.cancel()
+}
+
+func (l *loop) resyncAll() {
+	l.hub.resyncs.Add(1)
+	for c := range l.clients {
+		l.drop(c, closeResync)
+	}
+}
+
+func (l *loop) shutdown() {
+	h := l.hub
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	for c := range l.clients {
+		l.drop(c, closeGoingAway)
+	}
+	l.timer.Stop()
+	close(h.stopping)
+	h.conns.Wait()
+}
+
+func mapKeys(m map[int64]frame) []int64 {
+	keys := make([]int64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// storeHead finds the newest seq in src with O(log n) single-event reads: gallop up until
+// nothing follows, then bisect. Seqs may have holes; "something follows x" stays monotonic.
+func storeHead(ctx context.Context, src Source) (int64, error) {
+	next := func(x int64) (int64, bool, error) {
+		evs, err := src.EventsAfter(ctx, x, 1)
+		if err != nil || len(evs) == 0 {
+			return 0, false, err
+		}
+		return evs[0].Seq, true, nil
+	}
+	// Invariant: the newest seq is in [lo, hi]; lo exists (or is 0).
+	lo, hi := int64(0), int64(-1)
+	for x := int64(0); hi < 0; {
+		s, ok, err := next(x)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			hi = x
+			break
+		}
+		lo = s
+		if s == math.MaxInt64 {
+			return s, nil
+		}
+		if s >= math.MaxInt64/2 {
+			x = math.MaxInt64 - 1
+		} else {
+			x = 2 * s
+		}
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		s, ok, err := next(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = s
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
+type emptySource struct{}
+
+func (emptySource) EventsAfter(context.Context, int64, int) ([]storage.Event, error) {
+	return nil, nil
+}
