@@ -174,26 +174,31 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 	sessionID := SessionFor(step, meta)
 	hist := g.sessions.get(ctx, sessionID)
 
-	var v Verdict
 	control := ""
 	if g.holds != nil {
 		control = g.holds.Control(sessionID)
 	}
-	switch control {
-	case "blocked":
+	var v Verdict
+	if control == "blocked" {
 		v = Verdict{Decision: string(aos.Deny), RuleID: "session-blocked", ReasonCodes: []string{"SESSION_BLOCKED"},
 			Message: "This session was blocked by an operator."}
-	case "paused":
-		v = Verdict{Decision: DecisionHold, RuleID: "session-paused", ReasonCodes: []string{"SESSION_PAUSED"},
-			Message: "This session is paused by an operator; the step waits for review."}
-	default:
+	} else {
 		v = g.policy.Decide(ctx, step, hist.snapshot(), start)
+		// A paused session holds every step for review, except what the rules deny anyway:
+		// approving a paused step must not let through what a deny rule stops.
+		if control == "paused" && v.Decision != string(aos.Deny) {
+			v.Decision = DecisionHold
+			v.RuleID = "session-paused"
+			v.ReasonCodes = append(v.ReasonCodes, "SESSION_PAUSED")
+			v.Message = "This session is paused by an operator; the step waits for review."
+			v.HoldTimeout, v.HoldOnTimeout = 0, ""
+		}
 	}
 
-	held := false
+	held, holdID := false, ""
 	if v.Decision == DecisionHold {
-		held = true
-		v = g.resolveHold(ctx, step, sessionID, v)
+		v, holdID = g.resolveHold(ctx, step, sessionID, v)
+		held = holdID != ""
 	}
 
 	rec := g.record(step, sessionID, v, start, held)
@@ -212,6 +217,11 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 		return Outcome{}, fmt.Errorf("store step: %w", err)
 	}
 	hist.add(rec)
+	if holdID != "" {
+		if err := g.holds.AttachStep(context.WithoutCancel(ctx), holdID, rec.Seq); err != nil {
+			g.log.Warn("link hold to step", "hold", holdID, "seq", rec.Seq, "err", err)
+		}
+	}
 	if g.pub != nil {
 		if payload, err := json.Marshal(rec); err == nil {
 			g.pub.Publish(storage.Event{Seq: rec.Seq, Type: "step", SessionID: sessionID, At: rec.ReceivedAt, Payload: payload})
@@ -237,18 +247,18 @@ func (g *Guardian) ping(step *aos.Step) (Outcome, error) {
 
 // resolveHold waits for an operator (or the hold's timeout) and turns the outcome into a
 // final verdict. Without a hold service a hold fails closed.
-func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID string, v Verdict) Verdict {
+func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID string, v Verdict) (Verdict, string) {
 	if g.holds == nil {
 		v.Decision = string(aos.Deny)
 		v.Message = "Held for review, but no reviewer queue is configured; denied."
-		return v
+		return v, ""
 	}
 	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
 	if err != nil {
 		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
 		v.Decision = string(aos.Deny)
 		v.Message = "The step could not be queued for review; denied."
-		return v
+		return v, ""
 	}
 	v.Decision = out.Decision
 	if out.Message != "" {
@@ -257,8 +267,11 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 	if out.Reasoning != "" {
 		v.Reasoning = out.Reasoning
 	}
+	if out.RuleID != "" {
+		v.RuleID = out.RuleID
+	}
 	v.ModifiedParams = out.Params
-	return v
+	return v, out.HoldID
 }
 
 func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) storage.StepRecord {

@@ -401,10 +401,13 @@ func (q *queueHolds) Control(string) string {
 	c, _ := q.control.Load().(string)
 	return c
 }
+func (q *queueHolds) AttachStep(context.Context, string, int64) error { return nil }
+
 func (q *queueHolds) Hold(ctx context.Context, req guardian.HoldRequest) (guardian.HoldOutcome, error) {
 	q.got <- req
 	select {
 	case a := <-q.answer:
+		a.HoldID = "hold-1"
 		return a, nil
 	case <-ctx.Done():
 		return guardian.HoldOutcome{}, ctx.Err()

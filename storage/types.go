@@ -63,6 +63,10 @@ type Session struct {
 	Decisions map[string]int64 `json:"decisions"`
 	// LastMethod is the method of the newest step.
 	LastMethod string `json:"lastMethod,omitempty"`
+	// Control is the operator's control of the session: active, paused or blocked.
+	Control string `json:"control"`
+	// PendingHolds counts the session's steps waiting for an operator.
+	PendingHolds int64 `json:"pendingHolds"`
 }
 
 // SessionQuery pages through sessions newest first (by last activity).

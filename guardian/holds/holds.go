@@ -1,0 +1,774 @@
+// Package holds parks steps for human review. A held step keeps its agent waiting until an
+// operator approves, denies or modifies it, its timeout passes, or the agent goes away;
+// exactly one of those ends it. The package also keeps the operators' session controls
+// (pause, resume, block) and writes every hold event and control to the audit log.
+//
+// Each pending hold is owned by the goroutine of the agent's request: decisions are sent to
+// it, and it alone chooses, by one select, between the first decision, the timer and the
+// agent's context. The database repeats the guard with a conditional update, so a second
+// decision conflicts in memory and on disk alike.
+package holds
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Hold, AuditEntry and AuditQuery are the storage types: a hold is stored, listed and
+// published in the same shape.
+type (
+	Hold       = storage.Hold
+	AuditEntry = storage.AuditEntry
+	AuditQuery = storage.AuditQuery
+)
+
+// Hold statuses, and the status of an Outcome whose step a remembered approval let through.
+const (
+	StatusPending    = storage.HoldPending
+	StatusApproved   = storage.HoldApproved
+	StatusDenied     = storage.HoldDenied
+	StatusModified   = storage.HoldModified
+	StatusTimedOut   = storage.HoldTimedOut
+	StatusAbandoned  = storage.HoldAbandoned
+	StatusRemembered = "remembered"
+)
+
+// Session controls (states) as Control reports them.
+const (
+	ControlActive  = storage.ControlActive
+	ControlPaused  = storage.ControlPaused
+	ControlBlocked = storage.ControlBlocked
+)
+
+// Rule ids the guardian uses for holds and denials caused by session controls.
+const (
+	PauseRuleID = "session-paused"
+	BlockRuleID = "session-blocked"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout    = rules.DefaultHoldTimeout
+	DefaultMaxPending = 1000
+	maxNote           = 4 << 10
+)
+
+var (
+	// ErrConflict is returned when a hold was already decided (or timed out, or abandoned):
+	// the first decision won.
+	ErrConflict = storage.ErrHoldDecided
+	// ErrNotFound is returned for an unknown hold.
+	ErrNotFound = storage.ErrNotFound
+	// ErrTooManyPending is returned by Hold when MaxPending holds are already waiting.
+	ErrTooManyPending = errors.New("too many pending holds")
+	// ErrClosed is returned by Hold after Shutdown.
+	ErrClosed = errors.New("holds: shut down")
+	// ErrRememberFailed is returned by Approve when the approval stands but its remembered
+	// rule could not be saved.
+	ErrRememberFailed = errors.New("the approval stands, but the remembered rule could not be saved")
+)
+
+// FieldError is a caller's mistake in one field; the API answers it with 400 naming Field.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Message }
+
+// Store is what the holds need from persistence; storage.DB implements it. Every method
+// that changes state writes its events (and audit entry, when given one) in the same
+// transaction and returns the events for publishing.
+type Store interface {
+	CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]storage.Event, error)
+	// ResolveHold updates the hold only while it is pending; otherwise it returns the stored
+	// hold and an error wrapping ErrConflict.
+	ResolveHold(ctx context.Context, id string, res storage.HoldResolution, audit *AuditEntry) (Hold, []storage.Event, error)
+	GetHold(ctx context.Context, id string) (Hold, error)
+	ListHolds(ctx context.Context, status string, limit int) ([]Hold, error)
+	SetHoldSeq(ctx context.Context, id string, seq int64) error
+	// ResolvePendingOnStartup times out every hold left pending by a previous run.
+	ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hold, []storage.Event, error)
+	SetSessionControl(ctx context.Context, c storage.SessionControl, audit *AuditEntry) ([]storage.Event, error)
+	SessionControls(ctx context.Context) (map[string]string, error)
+	AppendAudit(ctx context.Context, e *AuditEntry) (storage.Event, error)
+	ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+}
+
+// Options configure a Manager. Store is required.
+type Options struct {
+	Store Store
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Publish sends a committed event to live clients; nil publishes nothing. It must not
+	// block (the live hub drops slow clients rather than waiting).
+	Publish func(storage.Event)
+	// Remember saves the rule of an "approve and remember" (create or replace by id); nil
+	// refuses remember requests.
+	Remember func(ctx context.Context, r rules.Rule) error
+	// ValidateParams checks an operator's modified params for a method as if they arrived
+	// from an agent; nil only checks that they are a JSON object.
+	ValidateParams func(method string, params json.RawMessage) error
+	// OperatorFrom, when set and returning true, names the operator of an API request
+	// (e.g. the signed-in user), overriding the "operator" field of the body.
+	OperatorFrom func(r *http.Request) (string, bool)
+	// MaxPending bounds the holds waiting at once (default DefaultMaxPending).
+	MaxPending int
+	// DefaultTimeout applies to requests without a timeout (default DefaultTimeout).
+	DefaultTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Request describes a step to hold.
+type Request struct {
+	SessionID string
+	AgentID   string
+	Method    string
+	Kind      string
+	Tool      string
+	// RuleID is the hold rule, or PauseRuleID for a paused session.
+	RuleID  string
+	Message string
+	// Request is the step's JSON-RPC request as received.
+	Request json.RawMessage
+	// Inputs are the tool call's arguments, used to remember an approval by inputs.
+	Inputs map[string]any
+	// Timeout is how long to wait (zero: Options.DefaultTimeout); OnTimeout is the decision
+	// then, allow or deny (anything else: deny).
+	Timeout   time.Duration
+	OnTimeout rules.Action
+	// Matches are the rules that matched the step. An enforced match of a remembered
+	// approval lets the step through without a hold.
+	Matches []storage.RuleMatch
+}
+
+// Outcome is how a held step ended.
+type Outcome struct {
+	// Status is the hold's final status, or StatusRemembered when no hold was needed.
+	Status string
+	// Decision is the answer for the agent: allow, deny or modify.
+	Decision rules.Action
+	// Params are the operator's params when Decision is modify.
+	Params   json.RawMessage
+	Operator string
+	Note     string
+	// Message explains the decision to the agent.
+	Message string
+	// RuleID is the remembered approval's rule when Status is StatusRemembered.
+	RuleID string
+	// Hold is the hold as resolved (zero when Status is StatusRemembered).
+	Hold Hold
+}
+
+// Decision is an operator's approval, denial or modification.
+type Decision struct {
+	Operator string
+	Note     string
+	// Remember, on an approval, saves an allow rule so the same step is not held again.
+	Remember *RememberSpec
+}
+
+// Manager holds steps and keeps session controls. It is safe for concurrent use.
+type Manager struct {
+	store          Store
+	clock          Clock
+	publish        func(storage.Event)
+	remember       func(context.Context, rules.Rule) error
+	validateParams func(string, json.RawMessage) error
+	operatorFrom   func(*http.Request) (string, bool)
+	maxPending     int
+	defaultTimeout time.Duration
+	log            *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]*waiter
+	started bool
+	closed  bool
+	// closing is closed by Shutdown: every waiting hold then times out.
+	closing chan struct{}
+	waiters sync.WaitGroup
+
+	ctlMu    sync.RWMutex
+	controls map[string]string
+	// ctlWrite serialises control changes, so the last one stored is the one in memory.
+	ctlWrite sync.Mutex
+}
+
+// waiter is one pending hold. Its owner is the Hold call that created it; the fields other
+// goroutines read are set before it is shared and never changed.
+type waiter struct {
+	id  string
+	req Request
+	// decide carries an operator's decision to the owner; done is closed once the hold is
+	// resolved, so a decision that arrives later conflicts instead of waiting.
+	decide chan *decideReq
+	done   chan struct{}
+}
+
+type decideReq struct {
+	ctx      context.Context
+	status   string
+	decision rules.Action
+	operator string
+	note     string
+	params   json.RawMessage
+	rule     *rules.Rule
+	scope    string
+	reply    chan decideResult
+}
+
+type decideResult struct {
+	hold Hold
+	err  error
+}
+
+// NewManager returns a Manager. Call Start before serving.
+func NewManager(opts Options) *Manager {
+	m := &Manager{
+		store:          opts.Store,
+		clock:          opts.Clock,
+		publish:        opts.Publish,
+		remember:       opts.Remember,
+		validateParams: opts.ValidateParams,
+		operatorFrom:   opts.OperatorFrom,
+		maxPending:     opts.MaxPending,
+		defaultTimeout: opts.DefaultTimeout,
+		log:            opts.Logger,
+		pending:        make(map[string]*waiter),
+		closing:        make(chan struct{}),
+		controls:       make(map[string]string),
+	}
+	if m.clock == nil {
+		m.clock = SystemClock()
+	}
+	if m.publish == nil {
+		m.publish = func(storage.Event) {}
+	}
+	if m.maxPending <= 0 {
+		m.maxPending = DefaultMaxPending
+	}
+	if m.defaultTimeout <= 0 {
+		m.defaultTimeout = DefaultTimeout
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m
+}
+
+// Start resolves holds a previous run left pending (as timed out with their onTimeout
+// decision: their agents' connections are gone) and loads the session controls. Call it
+// once, before the first Hold.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started || len(m.pending) > 0 {
+		m.mu.Unlock()
+		return errors.New("holds: Start must be called once, before any hold")
+	}
+	m.started = true
+	m.mu.Unlock()
+
+	resolved, events, err := m.store.ResolvePendingOnStartup(ctx, m.clock.Now())
+	if err != nil {
+		return fmt.Errorf("holds: resolve holds left pending: %w", err)
+	}
+	for _, h := range resolved {
+		m.log.Warn("hold left pending by a previous run resolved as timed out",
+			"hold", h.ID, "session", h.SessionID, "rule", h.RuleID, "decision", h.Decision)
+	}
+	m.publishAll(events)
+
+	controls, err := m.store.SessionControls(ctx)
+	if err != nil {
+		return fmt.Errorf("holds: load session controls: %w", err)
+	}
+	m.ctlMu.Lock()
+	m.controls = controls
+	m.ctlMu.Unlock()
+	return nil
+}
+
+// Shutdown ends every pending hold as timed out (note "guardian shut down while pending"),
+// so waiting agents get their onTimeout answer before the server stops, and refuses new
+// holds. It returns when all holds are resolved or ctx ends.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.closed {
+		m.closed = true
+		close(m.closing)
+	}
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		m.waiters.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("holds: shutdown: %w", ctx.Err())
+	}
+}
+
+// Pending reports how many holds are waiting.
+func (m *Manager) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pending)
+}
+
+// Hold parks a step until an operator decides, the timeout passes or ctx ends (the agent
+// went away), and reports how it ended. The hold is stored and published (hold.created)
+// before Hold waits. An error means no hold was placed (MaxPending reached, shut down, or
+// the store failed); the guardian should then deny the step.
+func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
+	if req.SessionID == "" {
+		return Outcome{}, &FieldError{Field: "sessionId", Message: "holds: request has no session id"}
+	}
+	if req.Method == "" {
+		return Outcome{}, &FieldError{Field: "method", Message: "holds: request has no method"}
+	}
+	if req.RuleID != PauseRuleID {
+		if id, ok := rememberedMatch(req.Matches); ok {
+			return Outcome{Status: StatusRemembered, Decision: rules.ActionAllow, RuleID: id,
+				Message: fmt.Sprintf("Allowed by a remembered approval (rule %s).", id)}, nil
+		}
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = m.defaultTimeout
+	}
+	onTimeout := rules.ActionDeny
+	switch req.OnTimeout {
+	case rules.ActionAllow:
+		onTimeout = rules.ActionAllow
+	case "", rules.ActionDeny:
+	default:
+		m.log.Warn("hold onTimeout is neither allow nor deny; denying on timeout",
+			"rule", req.RuleID, "onTimeout", req.OnTimeout)
+	}
+
+	now := m.clock.Now()
+	h := Hold{
+		ID: newHoldID(), SessionID: req.SessionID, AgentID: req.AgentID, Method: req.Method,
+		Kind: req.Kind, Tool: req.Tool, RuleID: req.RuleID, Message: req.Message,
+		Request: req.Request, CreatedAt: now, Deadline: now.Add(timeout),
+		OnTimeout: string(onTimeout), Status: StatusPending,
+	}
+	w := &waiter{id: h.ID, req: req, decide: make(chan *decideReq), done: make(chan struct{})}
+
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		return Outcome{}, ErrClosed
+	case len(m.pending) >= m.maxPending:
+		n := len(m.pending)
+		m.mu.Unlock()
+		return Outcome{}, fmt.Errorf("holds: %w: %d holds are waiting for an operator (the limit is %d)",
+			ErrTooManyPending, n, m.maxPending)
+	}
+	m.pending[h.ID] = w
+	m.waiters.Add(1)
+	m.mu.Unlock()
+	defer m.waiters.Done()
+	// SetControl updates the controls before it denies the queued steps of a blocked
+	// session; a hold registered too late for that sweep sees the block here instead.
+	if m.Control(req.SessionID) == ControlBlocked {
+		m.release(w)
+		return Outcome{Status: StatusDenied, Decision: rules.ActionDeny, RuleID: BlockRuleID,
+			Message: "This session was blocked by an operator."}, nil
+	}
+
+	// The timer starts with the hold: its deadline is the one stored and shown.
+	timer := m.clock.NewTimer(timeout)
+	defer timer.Stop()
+
+	detail, _ := json.Marshal(map[string]any{ // strings and a time always marshal
+		"method": h.Method, "kind": h.Kind, "tool": h.Tool, "agentId": h.AgentID,
+		"message": h.Message, "timeout": timeout.String(), "deadline": h.Deadline.UTC(),
+		"onTimeout": h.OnTimeout,
+	})
+	audit := &AuditEntry{Type: storage.AuditHoldCreated, SessionID: h.SessionID, HoldID: h.ID,
+		RuleID: h.RuleID, Decision: string(rules.ActionHold), At: now, Detail: detail}
+	// Not the agent's ctx: a write it cancels might still commit, and a hold must either be
+	// stored and then resolved, or not exist.
+	events, err := m.store.CreateHold(context.WithoutCancel(ctx), &h, audit)
+	if err != nil {
+		m.release(w)
+		return Outcome{}, fmt.Errorf("holds: store hold: %w", err)
+	}
+	m.publishAll(events)
+	m.log.Info("step held", "hold", h.ID, "session", h.SessionID, "rule", h.RuleID,
+		"method", h.Method, "tool", h.Tool, "timeout", timeout)
+
+	for {
+		select {
+		case d := <-w.decide:
+			if out, done := m.applyDecision(w, h, d); done {
+				return out, nil
+			}
+		case <-timer.C():
+			note := fmt.Sprintf("no operator decided within %s", timeout)
+			detail, _ := json.Marshal(map[string]string{"timeout": timeout.String()})
+			return m.finish(w, h, storage.HoldResolution{Status: StatusTimedOut,
+				Decision: h.OnTimeout, Note: note}, storage.AuditHoldTimedOut, detail), nil
+		case <-ctx.Done():
+			return m.finish(w, h, storage.HoldResolution{Status: StatusAbandoned,
+				Decision: string(rules.ActionDeny), Note: "agent disconnected while the step was held"},
+				storage.AuditHoldAbandoned, nil), nil
+		case <-m.closing:
+			detail, _ := json.Marshal(map[string]string{"reason": "shutdown"})
+			return m.finish(w, h, storage.HoldResolution{Status: StatusTimedOut,
+				Decision: h.OnTimeout, Note: "guardian shut down while pending"},
+				storage.AuditHoldTimedOut, detail), nil
+		}
+	}
+}
+
+// finish resolves a hold without an operator (timeout, disconnect, shutdown). When the
+// store already holds a decision (made elsewhere), that decision stands; when the store
+// fails, the agent still gets res and the error is logged.
+func (m *Manager) finish(w *waiter, h Hold, res storage.HoldResolution, auditType string, detail json.RawMessage) Outcome {
+	defer m.release(w)
+	res.DecidedAt = m.clock.Now()
+	audit := &AuditEntry{Type: auditType, Detail: detail}
+	stored, events, err := m.store.ResolveHold(context.Background(), h.ID, res, audit)
+	switch {
+	case err == nil:
+		m.publishAll(events)
+		h = stored
+	case errors.Is(err, ErrConflict):
+		h = stored
+	default:
+		m.log.Error("could not store the end of a hold; the agent is answered anyway",
+			"hold", h.ID, "status", res.Status, "err", err)
+		h.Status, h.Decision, h.Note, h.DecidedAt = res.Status, res.Decision, res.Note, res.DecidedAt
+	}
+	m.log.Info("hold ended", "hold", h.ID, "status", h.Status, "decision", h.Decision)
+	return outcomeOf(h)
+}
+
+// applyDecision stores an operator's decision; it runs on the hold's owner goroutine. It
+// reports done when the hold is resolved (by this decision, or by one stored elsewhere).
+func (m *Manager) applyDecision(w *waiter, h Hold, d *decideReq) (Outcome, bool) {
+	res := storage.HoldResolution{Status: d.status, Decision: string(d.decision),
+		DecidedBy: d.operator, DecidedAt: m.clock.Now(), Note: d.note, Params: d.params}
+	audit, err := m.decisionAudit(h, d)
+	if err != nil {
+		d.reply <- decideResult{err: err}
+		return Outcome{}, false
+	}
+	// The operator's request may end now; the decision is still recorded in full.
+	ctx := context.WithoutCancel(d.ctx)
+	stored, events, err := m.store.ResolveHold(ctx, h.ID, res, audit)
+	if errors.Is(err, ErrConflict) {
+		m.release(w)
+		d.reply <- decideResult{hold: stored, err: conflictError(stored)}
+		return outcomeOf(stored), true
+	}
+	if err != nil {
+		// Nothing was written: the hold is still pending and waiting.
+		d.reply <- decideResult{err: fmt.Errorf("holds: store decision: %w", err)}
+		return Outcome{}, false
+	}
+	m.publishAll(events)
+	var rememberErr error
+	if d.rule != nil {
+		// Saved before the agent is answered, so its next identical step already passes.
+		if err := m.remember(ctx, *d.rule); err != nil {
+			m.log.Error("could not save remembered approval", "hold", h.ID, "rule", d.rule.ID, "err", err)
+			rememberErr = fmt.Errorf("holds: %w: %w", ErrRememberFailed, err)
+		} else {
+			m.log.Info("approval remembered", "hold", h.ID, "rule", d.rule.ID, "scope", d.scope)
+		}
+	}
+	m.release(w)
+	m.log.Info("hold decided", "hold", h.ID, "status", stored.Status, "operator", d.operator)
+	d.reply <- decideResult{hold: stored, err: rememberErr}
+	return outcomeOf(stored), true
+}
+
+func (m *Manager) decisionAudit(h Hold, d *decideReq) (*AuditEntry, error) {
+	a := &AuditEntry{Operator: d.operator, Note: d.note}
+	switch d.status {
+	case StatusApproved:
+		a.Type = storage.AuditHoldApproved
+		if d.rule != nil {
+			detail, err := json.Marshal(map[string]any{"remember": map[string]any{
+				"ruleId": d.rule.ID, "scope": d.scope, "expiresAt": d.rule.ExpiresAt}})
+			if err != nil {
+				return nil, fmt.Errorf("holds: encode audit detail: %w", err)
+			}
+			a.Detail = detail
+		}
+	case StatusDenied:
+		a.Type = storage.AuditHoldDenied
+	case StatusModified:
+		a.Type = storage.AuditHoldModified
+		ops, err := Diff(requestParams(h.Request), d.params)
+		if err != nil {
+			return nil, fmt.Errorf("holds: diff params: %w", err)
+		}
+		diff, err := json.Marshal(ops)
+		if err != nil {
+			return nil, fmt.Errorf("holds: encode diff: %w", err)
+		}
+		a.Diff = diff
+	}
+	return a, nil
+}
+
+// requestParams is the params member of a JSON-RPC request (nil when absent).
+func requestParams(req json.RawMessage) json.RawMessage {
+	var r struct {
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(req, &r) != nil {
+		return nil
+	}
+	return r.Params
+}
+
+// release forgets a resolved hold: later decisions find it only in the store (a conflict).
+func (m *Manager) release(w *waiter) {
+	m.mu.Lock()
+	if m.pending[w.id] == w {
+		delete(m.pending, w.id)
+		close(w.done)
+	}
+	m.mu.Unlock()
+}
+
+func outcomeOf(h Hold) Outcome {
+	out := Outcome{Status: h.Status, Decision: rules.Action(h.Decision), Operator: h.DecidedBy,
+		Note: h.Note, Hold: h}
+	if h.Status == StatusModified {
+		out.Params = h.Params
+	}
+	suffix := ""
+	if h.Note != "" {
+		suffix = ": " + h.Note
+	}
+	switch h.Status {
+	case StatusApproved:
+		out.Message = "Approved by " + h.DecidedBy + suffix
+	case StatusDenied:
+		out.Message = "Denied by " + h.DecidedBy + suffix
+	case StatusModified:
+		out.Message = "Modified by " + h.DecidedBy + suffix
+	case StatusTimedOut:
+		out.Message = fmt.Sprintf("Held for review and timed out: %s; decision on timeout: %s.", h.Note, h.Decision)
+	case StatusAbandoned:
+		out.Message = "The agent disconnected while the step was held."
+	}
+	return out
+}
+
+func conflictError(h Hold) error {
+	if h.DecidedBy != "" {
+		return fmt.Errorf("hold %s was already %s by %s: %w", h.ID, h.Status, h.DecidedBy, ErrConflict)
+	}
+	return fmt.Errorf("hold %s has already ended (%s): %w", h.ID, h.Status, ErrConflict)
+}
+
+// Approve releases a held step as sent; with d.Remember it also saves an allow rule.
+func (m *Manager) Approve(ctx context.Context, id string, d Decision) (Hold, error) {
+	return m.decide(ctx, id, StatusApproved, rules.ActionAllow, d, nil)
+}
+
+// Deny refuses a held step.
+func (m *Manager) Deny(ctx context.Context, id string, d Decision) (Hold, error) {
+	if d.Remember != nil {
+		return Hold{}, &FieldError{Field: "remember", Message: "only an approval can be remembered"}
+	}
+	return m.decide(ctx, id, StatusDenied, rules.ActionDeny, d, nil)
+}
+
+// Modify releases a held step with the operator's params, which are validated as the
+// step's method requires (an invalid value returns a *FieldError for "params").
+func (m *Manager) Modify(ctx context.Context, id string, d Decision, params json.RawMessage) (Hold, error) {
+	if d.Remember != nil {
+		return Hold{}, &FieldError{Field: "remember", Message: "only an approval can be remembered"}
+	}
+	return m.decide(ctx, id, StatusModified, rules.ActionModify, d, params)
+}
+
+func (m *Manager) decide(ctx context.Context, id string, status string, action rules.Action, d Decision, params json.RawMessage) (Hold, error) {
+	operator := strings.TrimSpace(d.Operator)
+	if operator == "" {
+		return Hold{}, &FieldError{Field: "operator", Message: "operator is required"}
+	}
+	if len(d.Note) > maxNote {
+		return Hold{}, &FieldError{Field: "note", Message: fmt.Sprintf("note is longer than %d bytes", maxNote)}
+	}
+	if status == StatusModified && len(params) == 0 {
+		return Hold{}, &FieldError{Field: "params", Message: "params are required to modify a step"}
+	}
+
+	m.mu.Lock()
+	w := m.pending[id]
+	m.mu.Unlock()
+	if w == nil {
+		return m.decideStored(ctx, id, status, action, operator, d, params)
+	}
+
+	req := &decideReq{ctx: ctx, status: status, decision: action, operator: operator,
+		note: d.Note, reply: make(chan decideResult, 1)}
+	if status == StatusModified {
+		p, err := m.checkParams(w.req.Method, params)
+		if err != nil {
+			return Hold{}, err
+		}
+		req.params = p
+	}
+	if d.Remember != nil {
+		if m.remember == nil {
+			return Hold{}, &FieldError{Field: "remember", Message: "remembering approvals is not enabled"}
+		}
+		r, err := RememberRule(w.req, *d.Remember, operator, id, m.clock.Now())
+		if err != nil {
+			return Hold{}, err
+		}
+		req.rule, req.scope = &r, d.Remember.Scope
+	}
+
+	select {
+	case w.decide <- req:
+	case <-w.done:
+		return m.storedConflict(ctx, id)
+	case <-ctx.Done():
+		return Hold{}, fmt.Errorf("holds: decide %s: %w", id, ctx.Err())
+	}
+	// The owner always replies once it has taken the decision.
+	r := <-req.reply
+	return r.hold, r.err
+}
+
+// storedConflict reports a hold that ended while a decision was on its way.
+func (m *Manager) storedConflict(ctx context.Context, id string) (Hold, error) {
+	h, err := m.store.GetHold(ctx, id)
+	if err != nil {
+		return Hold{}, fmt.Errorf("holds: hold %s has already ended: %w", id, ErrConflict)
+	}
+	return h, conflictError(h)
+}
+
+// decideStored handles a decision for a hold no agent waits on here: decided already (a
+// conflict), unknown, or pending in the store only (a hold of another guardian process
+// sharing the database), which the conditional update then resolves.
+func (m *Manager) decideStored(ctx context.Context, id, status string, action rules.Action, operator string, d Decision, params json.RawMessage) (Hold, error) {
+	h, err := m.store.GetHold(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Hold{}, fmt.Errorf("hold %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("holds: hold %s: %w", id, err)
+	}
+	if h.Status != StatusPending {
+		return h, conflictError(h)
+	}
+	if d.Remember != nil {
+		return Hold{}, &FieldError{Field: "remember", Message: "this hold's step is not waiting on this guardian; approve it without remembering"}
+	}
+	req := &decideReq{ctx: ctx, status: status, decision: action, operator: operator, note: d.Note}
+	if status == StatusModified {
+		if req.params, err = m.checkParams(h.Method, params); err != nil {
+			return Hold{}, err
+		}
+	}
+	audit, err := m.decisionAudit(h, req)
+	if err != nil {
+		return Hold{}, err
+	}
+	res := storage.HoldResolution{Status: status, Decision: string(action), DecidedBy: operator,
+		DecidedAt: m.clock.Now(), Note: d.Note, Params: req.params}
+	stored, events, err := m.store.ResolveHold(context.WithoutCancel(ctx), id, res, audit)
+	if errors.Is(err, ErrConflict) {
+		return stored, conflictError(stored)
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("holds: store decision: %w", err)
+	}
+	m.publishAll(events)
+	return stored, nil
+}
+
+// checkParams validates modified params and returns them compacted.
+func (m *Manager) checkParams(method string, params json.RawMessage) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(params, &obj); err != nil || obj == nil {
+		return nil, &FieldError{Field: "params", Message: "params must be a JSON object"}
+	}
+	if m.validateParams != nil {
+		if err := m.validateParams(method, params); err != nil {
+			return nil, &FieldError{Field: "params", Message: "params are not valid for " + method + ": " + err.Error()}
+		}
+	}
+	return params, nil
+}
+
+// AttachStep records the seq of a held step once the guardian has stored it, so the hold
+// links to its step.
+func (m *Manager) AttachStep(ctx context.Context, holdID string, seq int64) error {
+	if err := m.store.SetHoldSeq(ctx, holdID, seq); err != nil {
+		return fmt.Errorf("holds: attach step %d to hold %s: %w", seq, holdID, err)
+	}
+	return nil
+}
+
+// List returns holds by status ("all" or "" for every status): pending ones oldest first.
+func (m *Manager) List(ctx context.Context, status string, limit int) ([]Hold, error) {
+	switch status {
+	case "", "all", StatusPending, StatusApproved, StatusDenied, StatusModified, StatusTimedOut, StatusAbandoned:
+	default:
+		return nil, &FieldError{Field: "status", Message: "status must be pending, approved, denied, modified, timedOut, abandoned or all"}
+	}
+	hs, err := m.store.ListHolds(ctx, status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("holds: list: %w", err)
+	}
+	return hs, nil
+}
+
+// Get returns one hold.
+func (m *Manager) Get(ctx context.Context, id string) (Hold, error) {
+	h, err := m.store.GetHold(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Hold{}, fmt.Errorf("hold %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("holds: hold %s: %w", id, err)
+	}
+	return h, nil
+}
+
+// Audit lists audit entries, newest first.
+func (m *Manager) Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	es, err := m.store.ListAudit(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("holds: audit: %w", err)
+	}
+	return es, nil
+}
+
+func (m *Manager) publishAll(events []storage.Event) {
+	for _, ev := range events {
+		m.publish(ev)
+	}
+}
+
+// newHoldID returns a random hold id.
+func newHoldID() string { return "h_" + strings.ToLower(rand.Text()) }

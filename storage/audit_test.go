@@ -1,0 +1,119 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestAppendAuditEventCarriesEntry(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	e := &AuditEntry{Type: AuditHoldModified, Operator: "alice", SessionID: "s1", HoldID: "h1",
+		RuleID: "r1", Decision: "modify", Note: "trimmed", At: holdT0,
+		Diff:   json.RawMessage(`[{"op":"remove","path":"/cc","old":"x@y"}]`),
+		Detail: json.RawMessage(`{"k":1}`)}
+	ev, err := db.AppendAudit(ctx, e)
+	require.NoError(t, err)
+	require.NotZero(t, e.ID)
+	require.Equal(t, ev.Seq, e.Seq)
+	require.Equal(t, EventAudit, ev.Type)
+	require.Equal(t, "s1", ev.SessionID)
+
+	var payload AuditEntry
+	require.NoError(t, json.Unmarshal(ev.Payload, &payload))
+	require.Equal(t, *e, payload)
+	requireSameEvents(t, []Event{ev}, storedEvents(t, db, 0))
+
+	got, err := db.ListAudit(ctx, AuditQuery{})
+	require.NoError(t, err)
+	require.Equal(t, []AuditEntry{*e}, got)
+
+	// Without a diff the field is null, and detail is left out.
+	plain := &AuditEntry{Type: AuditSessionPause, Operator: "bob"}
+	ev, err = db.AppendAudit(ctx, plain)
+	require.NoError(t, err)
+	require.False(t, plain.At.IsZero())
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(ev.Payload, &fields))
+	require.Equal(t, "null", string(fields["diff"]))
+	require.NotContains(t, fields, "detail")
+
+	for _, bad := range []*AuditEntry{
+		{},
+		{Type: "x", Diff: json.RawMessage(`{`)},
+		{Type: "x", Detail: json.RawMessage(`nope`)},
+	} {
+		_, err := db.AppendAudit(ctx, bad)
+		require.Error(t, err)
+	}
+}
+
+func TestListAuditFilters(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	add := func(typ, op, session, hold string) int64 {
+		e := &AuditEntry{Type: typ, Operator: op, SessionID: session, HoldID: hold, At: holdT0}
+		_, err := db.AppendAudit(ctx, e)
+		require.NoError(t, err)
+		return e.ID
+	}
+	id1 := add(AuditHoldCreated, "", "s1", "h1")
+	id2 := add(AuditHoldApproved, "alice", "s1", "h1")
+	id3 := add(AuditSessionPause, "bob", "s2", "")
+	id4 := add(AuditHoldDenied, "bob", "s2", "h2")
+	id5 := add("holdings.other", "carol", "s3", "")
+
+	ids := func(es []AuditEntry) []int64 {
+		out := []int64{}
+		for _, e := range es {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		q    AuditQuery
+		want []int64
+	}{
+		{"all newest first", AuditQuery{}, []int64{id5, id4, id3, id2, id1}},
+		{"limit", AuditQuery{Limit: 2}, []int64{id5, id4}},
+		{"before", AuditQuery{Before: id4, Limit: 2}, []int64{id3, id2}},
+		{"type prefix", AuditQuery{Type: "hold"}, []int64{id4, id2, id1}},
+		{"exact type", AuditQuery{Type: AuditHoldApproved}, []int64{id2}},
+		{"session prefix", AuditQuery{Type: "session"}, []int64{id3}},
+		{"session id", AuditQuery{SessionID: "s2"}, []int64{id4, id3}},
+		{"operator", AuditQuery{Operator: "bob"}, []int64{id4, id3}},
+		{"hold", AuditQuery{HoldID: "h1"}, []int64{id2, id1}},
+		{"combined", AuditQuery{Operator: "bob", Type: "hold"}, []int64{id4}},
+		{"none", AuditQuery{Operator: "nobody"}, []int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := db.ListAudit(ctx, tc.q)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, ids(got))
+		})
+	}
+}
+
+func TestAuditSurvivesEventPruning(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	for i := range 3 {
+		_, err := db.AppendAudit(ctx, &AuditEntry{Type: AuditHoldApproved, Operator: fmt.Sprint("op", i),
+			At: holdT0.Add(time.Duration(i) * time.Second)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`DELETE FROM events`)
+		return err
+	}))
+	got, err := db.ListAudit(ctx, AuditQuery{})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+}

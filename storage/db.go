@@ -1,0 +1,277 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Checkpoint cadence and the size the WAL is trimmed back to after a checkpoint.
+const (
+	checkpointEvery = 1000 // writes
+	walSizeLimit    = 64 << 20
+)
+
+// ErrClosed is returned by writes submitted after Close.
+var ErrClosed = errors.New("storage: database is closed")
+
+// Options tune Open. The zero value is a sensible configuration.
+type Options struct {
+	// Readers is the size of the read-only connection pool (default 4).
+	Readers int
+	// BusyTimeout bounds how long a connection waits on a lock held by another (default 5s).
+	BusyTimeout time.Duration
+	// MaxBatch caps how many queued writes share one transaction (default 256).
+	MaxBatch int
+	// QueueSize is how many writes may wait for the writer before submitters block
+	// (default 1024).
+	QueueSize int
+	// Logger receives failures the writer cannot return to a caller (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1024
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// DB is the SQLite store. All writes go through one writer goroutine that owns the only
+// write connection and commits whatever is queued as one transaction (group commit);
+// queries use a separate pool of read-only connections, which WAL lets run alongside it.
+type DB struct {
+	path string
+	opts Options
+	log  *slog.Logger
+
+	w     *sql.DB // exactly one connection, used only by the writer goroutine
+	r     *sql.DB // read-only pool
+	ckpt  *sql.DB // one connection for checkpoints
+	stmts writeStmts
+
+	// mu guards closed and the send side of ops: Close takes it exclusively before closing
+	// ops, so no submitter can send on a closed channel.
+	mu     sync.RWMutex
+	closed bool
+	ops    chan *op
+	// writerDone is closed when the writer goroutine has drained ops and exited.
+	writerDone chan struct{}
+	// ckptKick asks the checkpointer for a checkpoint; Close closes it after the writer.
+	ckptKick  chan struct{}
+	ckptDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	// Writer counters, for WriterStats.
+	batches, batchedOps atomic.Int64
+}
+
+// WriterStats counts the writer's work since Open.
+type WriterStats struct {
+	// Batches is the number of write transactions committed (or attempted).
+	Batches int64
+	// Ops is the number of writes they carried; Ops/Batches is the group-commit factor.
+	Ops int64
+}
+
+// WriterStats reports how many transactions the writer ran and how many writes they held.
+func (db *DB) WriterStats() WriterStats {
+	return WriterStats{Batches: db.batches.Load(), Ops: db.batchedOps.Load()}
+}
+
+// Open opens (creating if needed) the database at path, applies pending migrations and
+// starts the writer. The parent directory is created when missing.
+func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
+	opts = opts.withDefaults()
+	if path == "" {
+		return nil, errors.New("storage: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("storage: resolve %q: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("storage: create directory for %q: %w", abs, err)
+	}
+
+	db := &DB{
+		path:       abs,
+		opts:       opts,
+		log:        opts.Logger,
+		ops:        make(chan *op, opts.QueueSize),
+		writerDone: make(chan struct{}),
+		ckptKick:   make(chan struct{}, 1),
+		ckptDone:   make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			db.closeConns()
+		}
+	}()
+	// The writer pool is exactly one connection that never expires: the writer goroutine
+	// is its only user, and statements prepared on it stay valid for the life of the DB.
+	if db.w, err = openPool(ctx, abs, roleWriter, 1, opts.BusyTimeout); err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, db.w, migrationFiles); err != nil {
+		return nil, fmt.Errorf("storage: %s: %w", abs, err)
+	}
+	if err := db.stmts.prepare(ctx, db.w); err != nil {
+		return nil, fmt.Errorf("storage: %s: %w", abs, err)
+	}
+	if db.ckpt, err = openPool(ctx, abs, roleCheckpointer, 1, opts.BusyTimeout); err != nil {
+		return nil, err
+	}
+	if db.r, err = openPool(ctx, abs, roleReader, opts.Readers, opts.BusyTimeout); err != nil {
+		return nil, err
+	}
+
+	go db.writer()
+	go db.checkpointer()
+	return db, nil
+}
+
+type connRole int
+
+const (
+	roleWriter connRole = iota
+	roleReader
+	roleCheckpointer
+)
+
+func openPool(ctx context.Context, abs string, role connRole, size int, busy time.Duration) (*sql.DB, error) {
+	p, err := sql.Open("sqlite", dsn(abs, busy, role))
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %q: %w", abs, err)
+	}
+	p.SetMaxOpenConns(size)
+	p.SetMaxIdleConns(size)
+	p.SetConnMaxLifetime(0)
+	p.SetConnMaxIdleTime(0)
+	if err := p.PingContext(ctx); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("storage: open %q: %w", abs, err)
+	}
+	return p, nil
+}
+
+// dsn builds a file: URI so that any path (spaces, '?', '#') reaches SQLite intact, with the
+// pragmas each kind of connection needs. synchronous=NORMAL in WAL mode means a commit
+// survives a process crash; only an OS crash or power loss can take the newest commits.
+func dsn(abs string, busy time.Duration, role connRole) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // Windows drive paths: file:///C:/…
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	switch role {
+	case roleReader:
+		q.Add("_pragma", "query_only(1)")
+	case roleWriter:
+		// Take the write lock at BEGIN, so a transaction never fails half-way on upgrade.
+		q.Set("_txlock", "immediate")
+		// Checkpoints run on their own connection (see checkpointer), not inside the
+		// writer's commits, where their fsyncs would stall every queued write.
+		q.Add("_pragma", "wal_autocheckpoint(0)")
+		// Once a checkpoint lets the WAL restart, shrink a file a burst made large.
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// Path is the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// Reader is the read-only connection pool, for queries of features that keep their own
+// tables in this database. Writes through it fail (query_only).
+func (db *DB) Reader() *sql.DB { return db.r }
+
+// Close stops accepting writes, lets the writer commit everything already queued,
+// checkpoints the WAL into the main file and closes all connections. It is safe to call
+// more than once; later calls return the first call's result.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.mu.Lock()
+		db.closed = true
+		close(db.ops)
+		db.mu.Unlock()
+		<-db.writerDone
+		close(db.ckptKick)
+		<-db.ckptDone
+
+		var errs []error
+		// Readers first: an open read snapshot would keep the checkpoint from truncating.
+		if err := db.r.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("storage: close readers: %w", err))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), db.opts.BusyTimeout)
+		if _, err := db.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+			errs = append(errs, fmt.Errorf("storage: checkpoint: %w", err))
+		}
+		cancel()
+		db.r = nil
+		if err := db.closeConns(); err != nil {
+			errs = append(errs, err)
+		}
+		db.closeErr = errors.Join(errs...)
+	})
+	return db.closeErr
+}
+
+// closeConns closes the prepared statements and every pool that is open.
+func (db *DB) closeConns() error {
+	db.stmts.close()
+	var errs []error
+	for _, p := range []*sql.DB{db.r, db.ckpt, db.w} {
+		if p == nil {
+			continue
+		}
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("storage: close: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkpointer copies the WAL into the database file when the writer asks (every
+// checkpointEvery writes), on its own connection, so the writer keeps committing meanwhile.
+// PASSIVE never waits for readers or the writer; what it cannot copy now it copies next time.
+func (db *DB) checkpointer() {
+	defer close(db.ckptDone)
+	for range db.ckptKick {
+		ctx, cancel := context.WithTimeout(context.Background(), db.opts.BusyTimeout)
+		if _, err := db.ckpt.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+			db.log.Warn("storage: checkpoint failed", "err", err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,69 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReopenKeepsData(t *testing.T) {
+	ctx := context.Background()
+	// A missing parent directory is created; odd characters must survive the file: URI.
+	path := filepath.Join(t.TempDir(), "nested dir", "a?b#c%d", "vigil.db")
+	db, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	rec := save(t, db, step("s1", "deny", 0))
+	ev := &Event{Type: "audit", SessionID: "s1", Payload: json.RawMessage(`{"note":"x"}`)}
+	require.NoError(t, db.AppendEvent(ctx, ev))
+	require.NoError(t, db.Close())
+
+	_, err = os.Stat(path)
+	require.NoError(t, err)
+	// Close checkpoints: the WAL is empty (or gone) once the database is closed.
+	if fi, err := os.Stat(path + "-wal"); err == nil {
+		require.Zero(t, fi.Size())
+	}
+
+	db, err = Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	got, err := db.Step(ctx, rec.Seq)
+	require.NoError(t, err)
+	require.Equal(t, *rec, got)
+	s, err := db.Session(ctx, "s1")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.Steps)
+
+	// The sequence continues after the restart.
+	next := save(t, db, step("s1", "allow", 1))
+	require.Greater(t, next.Seq, ev.Seq)
+}
+
+func TestWritesAfterCloseFail(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close(), "Close is idempotent")
+
+	require.ErrorIs(t, db.SaveStep(ctx, step("s", "allow", 0)), ErrClosed)
+	require.ErrorIs(t, db.AppendEvent(ctx, &Event{Type: "audit"}), ErrClosed)
+	require.ErrorIs(t, db.Exec(ctx, func(*sql.Tx) error { return nil }), ErrClosed)
+}
+
+func TestReaderIsReadOnly(t *testing.T) {
+	db := openTest(t)
+	_, err := db.Reader().Exec(`INSERT INTO events (type, at) VALUES ('x', 0)`)
+	require.Error(t, err)
+	require.Zero(t, countRows(t, db, "events"))
+}
+
+func TestOpenRejectsEmptyPath(t *testing.T) {
+	_, err := Open(context.Background(), "", Options{})
+	require.Error(t, err)
+}

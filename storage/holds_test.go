@@ -1,0 +1,371 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var holdT0 = time.Date(2025, 6, 1, 12, 0, 0, 123456789, time.UTC)
+
+func openHoldDB(t *testing.T, path string) *DB {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "holds.db")
+	}
+	db, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func newTestHold(id, session string, offset time.Duration) *Hold {
+	return &Hold{
+		ID: id, SessionID: session, AgentID: "agent-1", Method: "steps/toolCallRequest",
+		Kind: "toolCall", Tool: "transfer_funds", RuleID: "big-transfer", Message: "needs review",
+		Request:   json.RawMessage(`{"jsonrpc":"2.0","id":7,"method":"steps/toolCallRequest","params":{"amount":5000}}`),
+		CreatedAt: holdT0.Add(offset), Deadline: holdT0.Add(offset + 2*time.Minute),
+		OnTimeout: "deny",
+	}
+}
+
+// storedEvents returns the events after seq as EventsAfter reads them back.
+func storedEvents(t *testing.T, db *DB, after int64) []Event {
+	t.Helper()
+	evs, err := db.EventsAfter(context.Background(), after, 1000)
+	require.NoError(t, err)
+	return evs
+}
+
+func requireSameEvents(t *testing.T, want, got []Event) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.Equal(t, want[i].Seq, got[i].Seq)
+		require.Equal(t, want[i].Type, got[i].Type)
+		require.Equal(t, want[i].SessionID, got[i].SessionID)
+		require.True(t, want[i].At.Equal(got[i].At), "event %d at", i)
+		require.JSONEq(t, string(want[i].Payload), string(got[i].Payload))
+	}
+}
+
+func TestHoldCreateResolveRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+
+	h := newTestHold("h1", "s1", 0)
+	audit := &AuditEntry{Type: AuditHoldCreated, SessionID: "s1", HoldID: "h1", RuleID: "big-transfer", Decision: "hold"}
+	evs, err := db.CreateHold(ctx, h, audit)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, EventHoldCreated, evs[0].Type)
+	require.Equal(t, EventAudit, evs[1].Type)
+	require.Less(t, evs[0].Seq, evs[1].Seq)
+	require.Equal(t, HoldPending, h.Status)
+	require.Equal(t, evs[1].Seq, audit.Seq)
+	require.NotZero(t, audit.ID)
+	requireSameEvents(t, evs, storedEvents(t, db, 0))
+
+	got, err := db.GetHold(ctx, "h1")
+	require.NoError(t, err)
+	require.Equal(t, *h, got)
+	var published Hold
+	require.NoError(t, json.Unmarshal(evs[0].Payload, &published))
+	require.Equal(t, got, published)
+
+	res := HoldResolution{Status: HoldModified, Decision: "modify", DecidedBy: "alice",
+		DecidedAt: holdT0.Add(time.Minute), Note: "smaller", Params: json.RawMessage(`{"amount":50}`)}
+	ra := &AuditEntry{Type: AuditHoldModified, Operator: "alice", Diff: json.RawMessage(`[{"op":"replace","path":"/amount","value":50,"old":5000}]`)}
+	resolved, evs2, err := db.ResolveHold(ctx, "h1", res, ra)
+	require.NoError(t, err)
+	require.Equal(t, HoldModified, resolved.Status)
+	require.Equal(t, "modify", resolved.Decision)
+	require.Equal(t, "alice", resolved.DecidedBy)
+	require.True(t, resolved.DecidedAt.Equal(res.DecidedAt))
+	require.JSONEq(t, `{"amount":50}`, string(resolved.Params))
+	require.Len(t, evs2, 2)
+	require.Equal(t, EventHoldResolved, evs2[0].Type)
+	requireSameEvents(t, evs2, storedEvents(t, db, evs[1].Seq))
+	// The audit entry took the hold's facts it was not given.
+	require.Equal(t, "s1", ra.SessionID)
+	require.Equal(t, "h1", ra.HoldID)
+	require.Equal(t, "big-transfer", ra.RuleID)
+	require.Equal(t, "modify", ra.Decision)
+	require.Equal(t, "smaller", ra.Note)
+
+	// A second decision conflicts and changes nothing.
+	again, evs3, err := db.ResolveHold(ctx, "h1", HoldResolution{Status: HoldDenied, Decision: "deny", DecidedBy: "bob"}, &AuditEntry{Type: AuditHoldDenied})
+	require.ErrorIs(t, err, ErrHoldDecided)
+	require.Nil(t, evs3)
+	require.Equal(t, resolved, again)
+	require.Empty(t, storedEvents(t, db, evs2[1].Seq))
+
+	_, _, err = db.ResolveHold(ctx, "nope", res, nil)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = db.GetHold(ctx, "nope")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestHoldValidation(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	for _, tc := range []struct {
+		name   string
+		mutate func(h *Hold)
+	}{
+		{"no id", func(h *Hold) { h.ID = "" }},
+		{"no session", func(h *Hold) { h.SessionID = "" }},
+		{"no method", func(h *Hold) { h.Method = "" }},
+		{"bad onTimeout", func(h *Hold) { h.OnTimeout = "modify" }},
+		{"not pending", func(h *Hold) { h.Status = HoldApproved }},
+		{"bad request", func(h *Hold) { h.Request = json.RawMessage(`{`) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTestHold("v", "s", 0)
+			tc.mutate(h)
+			_, err := db.CreateHold(ctx, h, nil)
+			require.Error(t, err)
+		})
+	}
+	_, err := db.CreateHold(ctx, newTestHold("v", "s", 0), &AuditEntry{})
+	require.ErrorContains(t, err, "no type")
+
+	require.NoError(t, func() error { _, err := db.CreateHold(ctx, newTestHold("v", "s", 0), nil); return err }())
+	_, err = db.CreateHold(ctx, newTestHold("v", "s", 0), nil)
+	require.Error(t, err, "duplicate id")
+
+	for _, res := range []HoldResolution{
+		{Status: HoldPending, Decision: "allow"},
+		{Status: HoldApproved, Decision: "hold"},
+		{Status: HoldModified, Decision: "modify", Params: json.RawMessage(`{`)},
+	} {
+		_, _, err := db.ResolveHold(ctx, "v", res, nil)
+		require.Error(t, err, "%+v", res)
+	}
+	h, err := db.GetHold(ctx, "v")
+	require.NoError(t, err)
+	require.Equal(t, HoldPending, h.Status)
+}
+
+func TestHoldResolveRaceHasOneWinner(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	_, err := db.CreateHold(ctx, newTestHold("race", "s1", 0), nil)
+	require.NoError(t, err)
+
+	const n = 16
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		winners  []string
+		conflict int
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := fmt.Sprintf("op%d", i)
+			_, _, err := db.ResolveHold(ctx, "race", HoldResolution{Status: HoldApproved,
+				Decision: "allow", DecidedBy: op}, &AuditEntry{Type: AuditHoldApproved, Operator: op})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners = append(winners, op)
+			case errors.Is(err, ErrHoldDecided):
+				conflict++
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, winners, 1)
+	require.Equal(t, n-1, conflict)
+	h, err := db.GetHold(ctx, "race")
+	require.NoError(t, err)
+	require.Equal(t, winners[0], h.DecidedBy)
+	entries, err := db.ListAudit(ctx, AuditQuery{HoldID: "race"})
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the winner is audited")
+	require.Equal(t, winners[0], entries[0].Operator)
+}
+
+func TestListHoldsOrderAndFilter(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	for i, id := range []string{"a", "b", "c", "d"} {
+		_, err := db.CreateHold(ctx, newTestHold(id, "s1", time.Duration(i)*time.Second), nil)
+		require.NoError(t, err)
+	}
+	_, _, err := db.ResolveHold(ctx, "b", HoldResolution{Status: HoldDenied, Decision: "deny", DecidedBy: "x"}, nil)
+	require.NoError(t, err)
+
+	ids := func(hs []Hold) []string {
+		out := []string{}
+		for _, h := range hs {
+			out = append(out, h.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		status string
+		limit  int
+		want   []string
+	}{
+		{HoldPending, 0, []string{"a", "c", "d"}},
+		{HoldPending, 2, []string{"a", "c"}},
+		{"all", 0, []string{"d", "c", "b", "a"}},
+		{"", 0, []string{"d", "c", "b", "a"}},
+		{HoldDenied, 0, []string{"b"}},
+		{HoldApproved, 0, []string{}},
+	} {
+		hs, err := db.ListHolds(ctx, tc.status, tc.limit)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, ids(hs), "status %q limit %d", tc.status, tc.limit)
+	}
+}
+
+func TestResolvePendingOnStartupAfterReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "restart.db")
+	db := openHoldDB(t, path)
+	// A stored step gives the session a row, so its pending count shows.
+	require.NoError(t, db.SaveStep(ctx, &StepRecord{SessionID: "s1", Method: "steps/message",
+		Decision: "allow", ReceivedAt: holdT0}))
+	for i, id := range []string{"p1", "p2", "done"} {
+		h := newTestHold(id, "s1", time.Duration(i)*time.Second)
+		if id == "p2" {
+			h.OnTimeout = "allow"
+		}
+		_, err := db.CreateHold(ctx, h, nil)
+		require.NoError(t, err)
+	}
+	_, _, err := db.ResolveHold(ctx, "done", HoldResolution{Status: HoldApproved, Decision: "allow", DecidedBy: "alice"}, nil)
+	require.NoError(t, err)
+	s, err := db.Session(ctx, "s1")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, s.PendingHolds)
+	require.NoError(t, db.Close())
+
+	db = openHoldDB(t, path)
+	last := storedEvents(t, db, 0)
+	lastSeq := last[len(last)-1].Seq
+	now := holdT0.Add(time.Hour)
+	holds, evs, err := db.ResolvePendingOnStartup(ctx, now)
+	require.NoError(t, err)
+	require.Len(t, holds, 2)
+	require.Equal(t, "p1", holds[0].ID)
+	require.Equal(t, "p2", holds[1].ID)
+	for _, h := range holds {
+		require.Equal(t, HoldTimedOut, h.Status)
+		require.Equal(t, h.OnTimeout, h.Decision)
+		require.Equal(t, RestartNote, h.Note)
+		require.Empty(t, h.DecidedBy)
+		require.True(t, h.DecidedAt.Equal(now))
+	}
+	require.Equal(t, "deny", holds[0].Decision)
+	require.Equal(t, "allow", holds[1].Decision)
+	require.Len(t, evs, 4) // hold.resolved + audit per hold
+	requireSameEvents(t, evs, storedEvents(t, db, lastSeq))
+
+	pending, err := db.ListHolds(ctx, HoldPending, 0)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+	s, err = db.Session(ctx, "s1")
+	require.NoError(t, err)
+	require.Zero(t, s.PendingHolds)
+
+	entries, err := db.ListAudit(ctx, AuditQuery{Type: AuditHoldTimedOut})
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, "p2", entries[0].HoldID) // newest first
+	require.Equal(t, RestartNote, entries[0].Note)
+	require.Equal(t, "allow", entries[0].Decision)
+	require.JSONEq(t, `{"reason":"restart"}`, string(entries[0].Detail))
+
+	// Nothing left: a second run is a no-op.
+	holds, evs, err = db.ResolvePendingOnStartup(ctx, now)
+	require.NoError(t, err)
+	require.Empty(t, holds)
+	require.Empty(t, evs)
+}
+
+func TestSetHoldSeq(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	_, err := db.CreateHold(ctx, newTestHold("h1", "s1", 0), nil)
+	require.NoError(t, err)
+	require.NoError(t, db.SetHoldSeq(ctx, "h1", 42))
+	h, err := db.GetHold(ctx, "h1")
+	require.NoError(t, err)
+	require.EqualValues(t, 42, h.Seq)
+	require.ErrorIs(t, db.SetHoldSeq(ctx, "nope", 1), ErrNotFound)
+}
+
+func TestSessionControlPersists(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "controls.db")
+	db := openHoldDB(t, path)
+	require.NoError(t, db.SaveStep(ctx, &StepRecord{SessionID: "seen", Method: "steps/message",
+		Decision: "allow", ReceivedAt: holdT0}))
+
+	a := &AuditEntry{Type: AuditSessionPause}
+	evs, err := db.SetSessionControl(ctx, SessionControl{SessionID: "seen", Control: ControlPause,
+		Operator: "alice", Note: "looks odd", At: holdT0.Add(time.Second)}, a)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, EventSessionControl, evs[0].Type)
+	require.JSONEq(t, `{"sessionId":"seen","control":"pause","operator":"alice","note":"looks odd"}`, string(evs[0].Payload))
+	require.Equal(t, "alice", a.Operator)
+	require.Equal(t, "seen", a.SessionID)
+	require.Equal(t, "looks odd", a.Note)
+	requireSameEvents(t, evs, storedEvents(t, db, 1))
+
+	// A session never seen can be blocked ahead of its first step, which keeps the block.
+	_, err = db.SetSessionControl(ctx, SessionControl{SessionID: "new", Control: ControlBlock, Operator: "bob"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.SaveStep(ctx, &StepRecord{SessionID: "new", Method: "steps/message",
+		Decision: "deny", ReceivedAt: holdT0.Add(time.Minute)}))
+	s, err := db.Session(ctx, "new")
+	require.NoError(t, err)
+	require.Equal(t, ControlBlocked, s.Control)
+	require.EqualValues(t, 1, s.Steps)
+
+	_, err = db.SetSessionControl(ctx, SessionControl{SessionID: "seen", Control: "stop"}, nil)
+	require.Error(t, err)
+	_, err = db.SetSessionControl(ctx, SessionControl{Control: ControlPause}, nil)
+	require.Error(t, err)
+
+	require.NoError(t, db.Close())
+	db = openHoldDB(t, path)
+	controls, err := db.SessionControls(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"seen": ControlPaused, "new": ControlBlocked}, controls)
+
+	_, err = db.SetSessionControl(ctx, SessionControl{SessionID: "seen", Control: ControlResume, Operator: "alice"}, nil)
+	require.NoError(t, err)
+	controls, err = db.SessionControls(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"new": ControlBlocked}, controls)
+	s, err = db.Session(ctx, "seen")
+	require.NoError(t, err)
+	require.Equal(t, ControlActive, s.Control)
+}
+
+func TestControlState(t *testing.T) {
+	for action, want := range map[string]string{"pause": "paused", "resume": "active", "block": "blocked"} {
+		got, ok := ControlState(action)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
+	_, ok := ControlState("paused")
+	require.False(t, ok)
+}

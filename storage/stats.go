@@ -1,0 +1,170 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Stats is the dashboard summary served as GET /api/stats.
+type Stats struct {
+	// Steps and Sessions are totals from the session summaries.
+	Steps    int64 `json:"steps"`
+	Sessions int64 `json:"sessions"`
+	// PerMinute has one entry per minute for the last 60 minutes, oldest first, the
+	// current (partial) minute last.
+	PerMinute []MinuteStats `json:"perMinute"`
+	// TopRules, TopTools and Latency describe the newest RecentWindow steps.
+	TopRules     []RuleCount  `json:"topRules"`
+	TopTools     []ToolCount  `json:"topTools"`
+	Latency      LatencyStats `json:"latency"`
+	PendingHolds int64        `json:"pendingHolds"`
+}
+
+// MinuteStats counts one minute's steps by decision.
+type MinuteStats struct {
+	Minute time.Time `json:"minute"`
+	Allow  int64     `json:"allow"`
+	Deny   int64     `json:"deny"`
+	Modify int64     `json:"modify"`
+	Hold   int64     `json:"hold"`
+}
+
+// RuleCount is how many recent steps a rule matched.
+type RuleCount struct {
+	RuleID  string `json:"ruleId"`
+	Matches int64  `json:"matches"`
+}
+
+// ToolCount is how many recent steps called a tool.
+type ToolCount struct {
+	Tool  string `json:"tool"`
+	Count int64  `json:"count"`
+}
+
+// LatencyStats are decision latency percentiles (nearest rank).
+type LatencyStats struct {
+	P50Micros int64 `json:"p50Micros"`
+	P99Micros int64 `json:"p99Micros"`
+}
+
+// Stats window sizes: bounded so the query costs the same at any traffic level.
+const (
+	statsMinutes = 60
+	// RecentWindow is how many of the newest steps top rules, top tools and latency cover.
+	RecentWindow = 1000
+	statsTopN    = 10
+)
+
+// Stats computes the dashboard summary as of now.
+func (db *DB) Stats(ctx context.Context, now time.Time) (Stats, error) {
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	st := Stats{TopRules: []RuleCount{}, TopTools: []ToolCount{}}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(steps), 0) FROM sessions`).
+		Scan(&st.Sessions, &st.Steps); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: totals: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0) FROM session_pending_holds`).
+		Scan(&st.PendingHolds); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: pending holds: %w", err)
+	}
+	if st.PerMinute, err = perMinute(ctx, tx, now); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: per minute: %w", err)
+	}
+	if err := queryInto(ctx, tx, &st.TopRules, func(r *RuleCount) []any { return []any{&r.RuleID, &r.Matches} },
+		`SELECT j.value ->> 'ruleId' AS rule, count(*) AS n
+		FROM (SELECT matched_rules FROM steps ORDER BY seq DESC LIMIT ?) AS s, json_each(s.matched_rules) AS j
+		WHERE rule IS NOT NULL AND rule <> ''
+		GROUP BY rule ORDER BY n DESC, rule LIMIT ?`, RecentWindow, statsTopN); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: top rules: %w", err)
+	}
+	if err := queryInto(ctx, tx, &st.TopTools, func(t *ToolCount) []any { return []any{&t.Tool, &t.Count} },
+		`SELECT tool, count(*) AS n FROM (SELECT tool FROM steps ORDER BY seq DESC LIMIT ?)
+		WHERE tool <> '' GROUP BY tool ORDER BY n DESC, tool LIMIT ?`, RecentWindow, statsTopN); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: top tools: %w", err)
+	}
+	var lat []int64
+	if err := queryInto(ctx, tx, &lat, func(v *int64) []any { return []any{v} },
+		`SELECT latency_micros FROM steps ORDER BY seq DESC LIMIT ?`, RecentWindow); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: latency: %w", err)
+	}
+	slices.Sort(lat)
+	st.Latency = LatencyStats{P50Micros: percentile(lat, 50), P99Micros: percentile(lat, 99)}
+	return st, nil
+}
+
+// perMinute counts steps by decision for each of the last 60 minutes, zeros included, from
+// the (received_at, decision) index alone.
+func perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteStats, error) {
+	const minute = int64(time.Minute)
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // end of the current minute
+	start := end.Add(-statsMinutes * time.Minute)
+	out := make([]MinuteStats, statsMinutes)
+	for i := range out {
+		out[i].Minute = start.Add(time.Duration(i) * time.Minute)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT (received_at - ?1) / ?2 AS m, decision, count(*)
+		FROM steps WHERE received_at >= ?1 AND received_at < ?3
+		GROUP BY m, decision`, start.UnixNano(), minute, end.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			m        int
+			decision string
+			n        int64
+		)
+		if err := rows.Scan(&m, &decision, &n); err != nil {
+			return nil, err
+		}
+		if m < 0 || m >= statsMinutes {
+			continue
+		}
+		switch decision {
+		case "allow":
+			out[m].Allow += n
+		case "deny":
+			out[m].Deny += n
+		case "modify":
+			out[m].Modify += n
+		case "hold":
+			out[m].Hold += n
+		}
+	}
+	return out, rows.Err()
+}
+
+// queryInto appends one T per row to dst, scanning into the pointers fields returns.
+func queryInto[T any](ctx context.Context, tx *sql.Tx, dst *[]T, fields func(*T) []any, query string, args ...any) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(fields(&v)...); err != nil {
+			return err
+		}
+		*dst = append(*dst, v)
+	}
+	return rows.Err()
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted values, 0 when empty.
+func percentile(sorted []int64, p int) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
+	return sorted[max(rank, 1)-1]
+}

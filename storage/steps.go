@@ -1,0 +1,258 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+)
+
+const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
+	agent_id, agent_name, user_id, tool, decision, received_at, request, response,
+	matched_rules, latency_micros, text, held)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// Identity fields are only overwritten by a step that carries them, so a session keeps its
+// agent and user when later steps (MCP, A2A) do not name them. last_seen never moves back
+// when a step received earlier commits later. A row without steps (created by a session
+// control before the first step) takes its times from the first step.
+const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_id,
+	first_seen, last_seen, last_seq, steps, last_method, decisions)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, 1, ?7, json_object(?8, 1))
+	ON CONFLICT (id) DO UPDATE SET
+		agent_id    = CASE WHEN excluded.agent_id   <> '' THEN excluded.agent_id   ELSE agent_id   END,
+		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE agent_name END,
+		user_id     = CASE WHEN excluded.user_id    <> '' THEN excluded.user_id    ELSE user_id    END,
+		first_seen  = CASE WHEN steps = 0 THEN excluded.first_seen
+			ELSE min(first_seen, excluded.first_seen) END,
+		last_seen   = CASE WHEN steps = 0 THEN excluded.last_seen
+			ELSE max(last_seen, excluded.last_seen) END,
+		last_seq    = excluded.last_seq,
+		steps       = steps + 1,
+		last_method = excluded.last_method,
+		decisions   = json_set(decisions, ?9, coalesce(json_extract(decisions, ?9), 0) + 1)`
+
+// decisionPattern is what a decision may look like: it is a key of the sessions' decision
+// tally, addressed by a JSON path, so it must not need quoting.
+var decisionPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+// stepColumns is the column list every step query scans with scanStep.
+const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
+	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
+	text, held`
+
+// stepArgs is a step prepared for the writer: validated, encoded and copied, so that the
+// writer never touches the caller's record and the JSON work happens on the caller's
+// goroutine, in parallel, rather than on the single writer.
+type stepArgs struct {
+	sessionID, turnID, stepID, method, kind string
+	agentID, agentName, userID, tool        string
+	decision                                string
+	receivedAt                              int64
+	request, response                       any // string or nil (NULL)
+	matchedRules                            string
+	latencyMicros                           int64
+	text                                    string
+	held                                    bool
+}
+
+// SaveStep stores rec and its "step" event, updates the session summary, sets rec.Seq and
+// returns once the write has committed. It normalises rec to what a read returns (UTC
+// ReceivedAt, non-nil MatchedRules), so rec marshals to the same JSON as GET
+// /api/steps/{seq}. A zero ReceivedAt is set to now. A Request or Response that is not
+// valid JSON is stored as a JSON string holding its bytes, so nothing is lost and every
+// read stays valid JSON.
+func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
+	switch {
+	case rec.SessionID == "":
+		return errors.New("storage: step has no session id")
+	case rec.Method == "":
+		return errors.New("storage: step has no method")
+	case rec.Decision == "":
+		return errors.New("storage: step has no decision")
+	case !decisionPattern.MatchString(rec.Decision):
+		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
+	}
+	if rec.ReceivedAt.IsZero() {
+		rec.ReceivedAt = time.Now()
+	}
+	rec.ReceivedAt = time.Unix(0, rec.ReceivedAt.UnixNano()).UTC()
+	if rec.MatchedRules == nil {
+		rec.MatchedRules = []RuleMatch{}
+	}
+	rec.Request = validJSON(rec.Request)
+	rec.Response = validJSON(rec.Response)
+	rules, err := json.Marshal(rec.MatchedRules)
+	if err != nil {
+		return fmt.Errorf("storage: encode matched rules: %w", err)
+	}
+	a := &stepArgs{
+		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
+		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
+		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
+		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
+		response: nullableText(rec.Response), matchedRules: string(rules),
+		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
+	}
+	var seq int64
+	err = db.submit(ctx, &op{run: func(b *batchTx) error {
+		var err error
+		seq, err = a.insert(b)
+		return err
+	}})
+	if err != nil {
+		return err
+	}
+	rec.Seq = seq
+	return nil
+}
+
+func (a *stepArgs) insert(b *batchTx) (int64, error) {
+	seq, err := insertEvent(b.stmt(b.stmts.insertEvent), EventStep, a.sessionID,
+		time.Unix(0, a.receivedAt), nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
+		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held); err != nil {
+		return 0, fmt.Errorf("storage: insert step: %w", err)
+	}
+	if _, err := b.stmt(b.stmts.upsertSession).Exec(a.sessionID, a.agentID, a.agentName,
+		a.userID, a.receivedAt, seq, a.method, a.decision, `$."`+a.decision+`"`); err != nil {
+		return 0, fmt.Errorf("storage: update session %q: %w", a.sessionID, err)
+	}
+	return seq, nil
+}
+
+// validJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
+// is valid JSON, and otherwise the JSON string of its bytes.
+func validJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	if json.Valid(raw) {
+		return raw
+	}
+	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
+	return s
+}
+
+// nullableText stores JSON as TEXT (so SQLite's JSON functions read it as text, not JSONB)
+// and an absent value as NULL.
+func nullableText(raw json.RawMessage) any {
+	if raw == nil {
+		return nil
+	}
+	return string(raw)
+}
+
+// Step returns the step with the given seq, or ErrNotFound.
+func (db *DB) Step(ctx context.Context, seq int64) (StepRecord, error) {
+	row := db.r.QueryRowContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = ?`, seq)
+	rec, err := scanStep(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, err)
+	}
+	return rec, nil
+}
+
+// Steps pages through a session's steps in arrival (seq) order, starting after q.After.
+// Limit is clamped to 1..1000 and defaults to 200. An unknown session has no steps.
+func (db *DB) Steps(ctx context.Context, q StepQuery) ([]StepRecord, error) {
+	limit := clamp(q.Limit, 200, 1000)
+	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, q.SessionID, q.After, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
+	steps, err := collectSteps(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
+	return steps, nil
+}
+
+// RecentSteps returns up to limit (clamped to 1000) of a session's newest steps, oldest
+// first: the history a rule sees.
+func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]StepRecord, error) {
+	if limit <= 0 {
+		return []StepRecord{}, nil
+	}
+	limit = min(limit, 1000)
+	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
+	steps, err := collectSteps(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
+	slices.Reverse(steps)
+	return steps, nil
+}
+
+func collectSteps(rows *sql.Rows, capacity int) ([]StepRecord, error) {
+	defer rows.Close()
+	steps := make([]StepRecord, 0, min(capacity, 64))
+	for rows.Next() {
+		rec, err := scanStep(rows)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return steps, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanStep reads one row of stepColumns. It is the only way a step is read back, so every
+// query (and EventsAfter's payloads) yields the same record for the same seq.
+func scanStep(s scanner) (StepRecord, error) {
+	var (
+		rec        StepRecord
+		receivedAt int64
+		req, resp  sql.NullString
+		rules      string
+	)
+	if err := s.Scan(&rec.Seq, &rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method,
+		&rec.Kind, &rec.AgentID, &rec.AgentName, &rec.UserID, &rec.Tool, &rec.Decision,
+		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held); err != nil {
+		return StepRecord{}, err
+	}
+	rec.ReceivedAt = time.Unix(0, receivedAt).UTC()
+	if req.Valid {
+		rec.Request = json.RawMessage(req.String)
+	}
+	if resp.Valid {
+		rec.Response = json.RawMessage(resp.String)
+	}
+	rec.MatchedRules = []RuleMatch{}
+	if err := json.Unmarshal([]byte(rules), &rec.MatchedRules); err != nil {
+		return StepRecord{}, fmt.Errorf("decode matched rules of step %d: %w", rec.Seq, err)
+	}
+	if rec.MatchedRules == nil { // stored as JSON null
+		rec.MatchedRules = []RuleMatch{}
+	}
+	return rec, nil
+}
+
+// clamp returns def for n <= 0 and at most hi.
+func clamp(n, def, hi int) int {
+	if n <= 0 {
+		return def
+	}
+	return min(n, hi)
+}
