@@ -324,9 +324,13 @@ func (g *Guardian) response(step *aos.Step, v Verdict) (json.RawMessage, error) 
 		} else {
 			mr, err := aos.NewModifiedRequest(step, v.ModifiedParams)
 			if err != nil {
-				return nil, fmt.Errorf("build modified request: %w", err)
+				// Never hand an agent a request the guardian itself would refuse: fail closed.
+				g.log.Error("modified request is invalid; denying", "method", step.Method, "rule", v.RuleID, "err", err)
+				res.Decision = aos.Deny
+				res.Message = "The step had to be modified, but the modification was not a valid request; denied."
+			} else {
+				res.ModifiedRequest = mr
 			}
-			res.ModifiedRequest = mr
 		}
 	}
 	if res.Message == "" {

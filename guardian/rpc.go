@@ -102,7 +102,7 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 	step, perr := aos.ParseStep(msg)
 	if perr != nil {
 		id := aos.IDOf(msg)
-		if isNotification(msg) && perr.Code != aos.CodeInvalidRequest {
+		if aos.IsNotification(msg) && perr.Code != aos.CodeInvalidRequest {
 			// JSON-RPC: no response to a notification, even an invalid one.
 			g.log.Info("aos: rejected notification", "code", perr.Code, "message", perr.Message)
 			return nil
@@ -130,16 +130,6 @@ func rpcError(err error) *aos.Error {
 		return &aos.Error{Code: aos.CodeUnavailable, Message: "guardian unavailable: the request was cancelled"}
 	}
 	return &aos.Error{Code: aos.CodeInternalError, Message: "internal error"}
-}
-
-// isNotification reports whether a request object has no id member at all.
-func isNotification(msg json.RawMessage) bool {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(msg, &probe); err != nil {
-		return false
-	}
-	_, ok := probe["id"]
-	return !ok
 }
 
 func errorResponse(id json.RawMessage, e *aos.Error) json.RawMessage {

@@ -1,0 +1,190 @@
+package aos
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Accessors that give rules, storage and the console one view of every kind of step.
+
+// Text returns the human-readable text of the step, one piece per line: message and
+// trigger text parts (data parts as JSON), the knowledge query and retrieved contents,
+// memory items, tool inputs as name=value, tool result outputs, MCP tool name, arguments
+// and text content, and A2A text and data parts. Reasoning is not included (see Reasoning).
+func (s *Step) Text() string {
+	var b strings.Builder
+	add := func(t string) {
+		if t == "" {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(t)
+	}
+	switch {
+	case s.Trigger != nil:
+		partsText(s.Trigger.Trigger.Content, add)
+	case s.Knowledge != nil:
+		add(s.Knowledge.KnowledgeStep.Query)
+		for _, r := range s.Knowledge.KnowledgeStep.Results {
+			add(r.Content)
+		}
+	case s.Memory != nil:
+		for _, m := range s.Memory.Memory {
+			add(m)
+		}
+	case s.Message != nil:
+		partsText(s.Message.Message.Content, add)
+	case s.ToolCall != nil:
+		for _, in := range s.ToolCall.ToolCallRequest.Inputs {
+			add(in.Name + "=" + renderValue(in.Value))
+		}
+	case s.ToolResult != nil:
+		for _, o := range s.ToolResult.Result.Outputs {
+			add(o.Text)
+		}
+	case s.MCP != nil:
+		mcpText(s.MCP, add)
+	case s.A2A != nil:
+		for _, t := range s.A2A.Texts {
+			add(t)
+		}
+		for _, v := range s.A2A.Data {
+			add(renderValue(v))
+		}
+	}
+	return b.String()
+}
+
+func partsText(parts []Part, add func(string)) {
+	for _, p := range parts {
+		switch p := p.(type) {
+		case TextPart:
+			add(p.Text)
+		case DataPart:
+			add(renderValue(p.Data))
+		}
+	}
+}
+
+// renderValue writes a JSON value for text: strings as they are, anything else as compact
+// JSON (object keys sorted).
+func renderValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case nil:
+		return "null"
+	case bool:
+		return strconv.FormatBool(v)
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// SessionHint names the session the step belongs to, as far as the request says:
+// context.session.id, else the A2A contextId, else the MCP params._meta.sessionId (of the
+// MCP message, its result, or the AOS params), else "".
+func (s *Step) SessionHint() string {
+	if s.Context != nil && s.Context.Session.ID != "" {
+		return s.Context.Session.ID
+	}
+	if s.A2A != nil && s.A2A.ContextID != "" {
+		return s.A2A.ContextID
+	}
+	if m := s.MCP; m != nil {
+		for _, meta := range []any{m.Params["_meta"], m.Result["_meta"], m.Meta} {
+			if meta, ok := meta.(map[string]any); ok {
+				if id, ok := meta["sessionId"].(string); ok && id != "" {
+					return id
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// ToolID is the tool of a tool call request, or the tool name of an MCP tools/call.
+func (s *Step) ToolID() string {
+	switch {
+	case s.ToolCall != nil:
+		return s.ToolCall.ToolCallRequest.ToolID
+	case s.MCP != nil:
+		return s.MCP.ToolName
+	}
+	return ""
+}
+
+// Inputs maps the inputs of a tool call request by name (a repeated name keeps the last
+// value), or returns the arguments of an MCP tools/call. Nil for other steps.
+func (s *Step) Inputs() map[string]any {
+	switch {
+	case s.ToolCall != nil:
+		in := s.ToolCall.ToolCallRequest.Inputs
+		m := make(map[string]any, len(in))
+		for _, v := range in {
+			m[v.Name] = v.Value
+		}
+		return m
+	case s.MCP != nil:
+		return s.MCP.Arguments
+	}
+	return nil
+}
+
+// Role is the sender of a message step (user, agent or system) or of an A2A message.
+func (s *Step) Role() string {
+	switch {
+	case s.Message != nil:
+		return s.Message.Message.Role
+	case s.A2A != nil:
+		return s.A2A.Role
+	}
+	return ""
+}
+
+// Reasoning is the agent's reasoning sent with the step, if any.
+func (s *Step) Reasoning() string {
+	switch {
+	case s.Trigger != nil:
+		return s.Trigger.Reasoning
+	case s.Knowledge != nil:
+		return s.Knowledge.Reasoning
+	case s.Memory != nil:
+		return s.Memory.Reasoning
+	case s.Message != nil:
+		return s.Message.Reasoning
+	case s.ToolCall != nil:
+		return s.ToolCall.Reasoning
+	case s.ToolResult != nil:
+		return s.ToolResult.Reasoning
+	case s.MCP != nil:
+		return s.MCP.Reasoning
+	case s.A2A != nil:
+		return s.A2A.Reasoning
+	}
+	return ""
+}
+
+// IsError reports a tool result with isError set, or an MCP response that is an error or
+// a tool result with isError set.
+func (s *Step) IsError() bool {
+	switch {
+	case s.ToolResult != nil:
+		return s.ToolResult.Result.IsError
+	case s.MCP != nil:
+		if s.MCP.Error != nil {
+			return true
+		}
+		isErr, _ := s.MCP.Result["isError"].(bool)
+		return isErr
+	}
+	return false
+}
