@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -24,6 +25,7 @@ type server struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	closers []func()
+	holds   *holds.Manager
 }
 
 // startServer opens the database, loads rules, and starts serving on cfg.Addr. The URL it
@@ -57,6 +59,24 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
 
+	hm := holds.NewManager(holds.Options{
+		Store:          db,
+		Publish:        hub.Publish,
+		ValidateParams: guardian.ValidateParams,
+		MaxPending:     cfg.MaxHolds,
+		DefaultTimeout: cfg.HoldTimeout,
+		Logger:         log,
+	})
+	// Holds left pending by a previous run are resolved (timed out) before any new traffic.
+	if err := hm.Start(ctx); err != nil {
+		cancel()
+		<-hubDone
+		_ = ln.Close()
+		_ = db.Close()
+		return nil, fmt.Errorf("resolve holds left pending: %w", err)
+	}
+	s.holds = hm
+
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -68,8 +88,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Logger:    log,
 		UI:        uiFS(),
 		Publisher: hub,
+		Holds:     guardian.ManagerHolds{M: hm},
 		Mount: []func(*http.ServeMux){
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
+			hm.Register,
 		},
 	})
 	if err != nil {
@@ -100,6 +122,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 func (s *server) Shutdown(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	// Answer agents waiting on held steps first (with their timeout decision), so the HTTP
+	// shutdown does not wait for reviewers who are not coming.
+	if err := s.holds.Shutdown(ctx); err != nil {
+		s.log.Warn("release held steps", "err", err)
+	}
 	errHTTP := s.http.Shutdown(ctx)
 	if errHTTP != nil {
 		// Grace ran out: close what is left; their steps were already stored or never answered.

@@ -201,6 +201,7 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 		held = holdID != ""
 	}
 
+	v = g.buildModification(step, v)
 	rec := g.record(step, sessionID, v, start, held)
 	resp, err := g.response(step, v)
 	if err != nil {
@@ -317,21 +318,7 @@ func (g *Guardian) response(step *aos.Step, v Verdict) (json.RawMessage, error) 
 		res.Data = map[string]any{"ruleId": v.RuleID}
 	}
 	if v.Decision == string(aos.Modify) {
-		if v.ModifiedParams == nil {
-			// A modify without new params changes nothing; answer allow rather than an
-			// unusable modify.
-			res.Decision = aos.Allow
-		} else {
-			mr, err := aos.NewModifiedRequest(step, v.ModifiedParams)
-			if err != nil {
-				// Never hand an agent a request the guardian itself would refuse: fail closed.
-				g.log.Error("modified request is invalid; denying", "method", step.Method, "rule", v.RuleID, "err", err)
-				res.Decision = aos.Deny
-				res.Message = "The step had to be modified, but the modification was not a valid request; denied."
-			} else {
-				res.ModifiedRequest = mr
-			}
-		}
+		res.ModifiedRequest = v.modifiedRequest
 	}
 	if res.Message == "" {
 		res.Message = defaultMessage(res.Decision)
@@ -341,6 +328,28 @@ func (g *Guardian) response(step *aos.Step, v Verdict) (json.RawMessage, error) 
 		return nil, fmt.Errorf("encode response: %w", err)
 	}
 	return b, nil
+}
+
+// buildModification turns a modify verdict's params into the whole modified request. A
+// modify without new params changes nothing and becomes allow; one whose result the
+// guardian itself would refuse fails closed.
+func (g *Guardian) buildModification(step *aos.Step, v Verdict) Verdict {
+	if v.Decision != string(aos.Modify) {
+		return v
+	}
+	if v.ModifiedParams == nil {
+		v.Decision = string(aos.Allow)
+		return v
+	}
+	mr, err := aos.NewModifiedRequest(step, v.ModifiedParams)
+	if err != nil {
+		g.log.Error("modified request is invalid; denying", "method", step.Method, "rule", v.RuleID, "err", err)
+		v.Decision = string(aos.Deny)
+		v.Message = "The step had to be modified, but the modification was not a valid request; denied."
+		return v
+	}
+	v.modifiedRequest = mr
+	return v
 }
 
 func defaultMessage(d aos.Decision) string {

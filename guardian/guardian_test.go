@@ -388,6 +388,19 @@ func TestPolicyVerdictsReachTheAgent(t *testing.T) {
 		_, perr := aos.ParseStep(r.Result.ModifiedRequest)
 		require.Nil(t, perr, "the modified request passes the guardian's own validation")
 	})
+	t.Run("an invalid modification fails closed", func(t *testing.T) {
+		p := &fixedPolicy{v: guardian.Verdict{Decision: "modify", ModifiedParams: json.RawMessage(`{"toolCallRequest":{}}`)}}
+		e := newEnv(t, "", guardian.Options{Policy: p}, guardian.Config{})
+		_, b := e.post(sessionSteps("sess-I")[4])
+		r := decode(t, b)
+		require.Equal(t, aos.Deny, r.Result.Decision)
+		require.Empty(t, r.Result.ModifiedRequest)
+		var steps struct {
+			Steps []storage.StepRecord `json:"steps"`
+		}
+		e.get("/api/sessions/sess-I/steps", &steps)
+		require.Equal(t, "deny", steps.Steps[0].Decision, "the record says what the agent was told")
+	})
 }
 
 // queueHolds is a HoldService whose decisions the test sends through a channel.

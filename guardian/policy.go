@@ -25,6 +25,9 @@ type Verdict struct {
 	// HoldTimeout and HoldOnTimeout apply when Decision is hold.
 	HoldTimeout   time.Duration
 	HoldOnTimeout string
+
+	// modifiedRequest is the whole request built from ModifiedParams.
+	modifiedRequest json.RawMessage
 }
 
 // DecisionHold parks a step until an operator decides; it is never sent to an agent.

@@ -18,42 +18,63 @@ var benchRequest = json.RawMessage(`{"jsonrpc":"2.0","id":"req-1","method":"step
 	`"context":{"from":{"role":"agent"},"agent":{"id":"agent-1","name":"Mail bot","version":"1.0"},` +
 	`"session":{"id":"s-1"},"turnId":"t-1","stepId":"st-1"}}}`)
 
-// BenchmarkSaveStepParallel measures stored steps per second with 32 concurrent writers on
-// 2 cores (the guardian's situation under a burst of agents).
+func benchStep(i int64) *StepRecord {
+	return &StepRecord{
+		SessionID:     fmt.Sprint("s", i%64),
+		TurnID:        "t-1",
+		StepID:        fmt.Sprint("st-", i),
+		Method:        "steps/toolCallRequest",
+		Kind:          "toolCall",
+		AgentID:       "agent-1",
+		AgentName:     "Mail bot",
+		Tool:          "send_email",
+		Decision:      "allow",
+		ReceivedAt:    time.Now(),
+		Request:       benchRequest,
+		Response:      json.RawMessage(`{"jsonrpc":"2.0","id":"req-1","result":{"decision":"allow"}}`),
+		MatchedRules:  []RuleMatch{{RuleID: "r1", Action: "allow", Mode: "enforce"}},
+		LatencyMicros: 120,
+	}
+}
+
+func reportSteps(b *testing.B, db *DB) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+	if ws := db.WriterStats(); ws.Batches > 0 {
+		b.ReportMetric(float64(ws.Ops)/float64(ws.Batches), "steps/commit")
+	}
+}
+
+// BenchmarkSaveStepParallel measures stored steps per second with 32 concurrent writers
+// (on 2 cores: the guardian's situation under a burst of agents).
 func BenchmarkSaveStepParallel(b *testing.B) {
 	db := openTest(b)
 	b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
-	var n atomic.Int64
 	b.SetBytes(int64(len(benchRequest)))
+	var n atomic.Int64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			i := n.Add(1)
-			rec := &StepRecord{
-				SessionID:     fmt.Sprint("s", i%64),
-				TurnID:        "t-1",
-				StepID:        fmt.Sprint("st-", i),
-				Method:        "steps/toolCallRequest",
-				Kind:          "toolCall",
-				AgentID:       "agent-1",
-				AgentName:     "Mail bot",
-				Tool:          "send_email",
-				Decision:      "allow",
-				ReceivedAt:    time.Now(),
-				Request:       benchRequest,
-				Response:      json.RawMessage(`{"jsonrpc":"2.0","id":"req-1","result":{"decision":"allow"}}`),
-				MatchedRules:  []RuleMatch{{RuleID: "r1", Action: "allow", Mode: "enforce"}},
-				LatencyMicros: 120,
-			}
-			if err := db.SaveStep(ctx, rec); err != nil {
+			if err := db.SaveStep(ctx, benchStep(n.Add(1))); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
-	if ws := db.WriterStats(); ws.Batches > 0 {
-		b.ReportMetric(float64(ws.Ops)/float64(ws.Batches), "steps/commit")
+	reportSteps(b, db)
+}
+
+// BenchmarkSaveStep is one agent alone: every step is its own commit, so ns/op is the
+// latency storage adds to each answer.
+func BenchmarkSaveStep(b *testing.B) {
+	db := openTest(b)
+	b.SetBytes(int64(len(benchRequest)))
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := db.SaveStep(ctx, benchStep(int64(i))); err != nil {
+			b.Fatal(err)
+		}
 	}
+	reportSteps(b, db)
 }

@@ -234,12 +234,16 @@ func (db *DB) Close() error {
 			errs = append(errs, fmt.Errorf("storage: close readers: %w", err))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), db.opts.BusyTimeout)
-		if _, err := db.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		var busy, walFrames, copied int
+		if err := db.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").
+			Scan(&busy, &walFrames, &copied); err != nil {
 			errs = append(errs, fmt.Errorf("storage: checkpoint: %w", err))
+		} else if busy != 0 {
+			// Another process reads the database; the WAL stays and is replayed on next open.
+			db.log.Warn("storage: final checkpoint incomplete", "walFrames", walFrames, "copied", copied)
 		}
 		cancel()
-		db.r = nil
-		if err := db.closeConns(); err != nil {
+		if err := db.closeConns(); err != nil { // closing readers again is a no-op
 			errs = append(errs, err)
 		}
 		db.closeErr = errors.Join(errs...)

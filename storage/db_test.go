@@ -54,6 +54,8 @@ func TestWritesAfterCloseFail(t *testing.T) {
 	require.ErrorIs(t, db.SaveStep(ctx, step("s", "allow", 0)), ErrClosed)
 	require.ErrorIs(t, db.AppendEvent(ctx, &Event{Type: "audit"}), ErrClosed)
 	require.ErrorIs(t, db.Exec(ctx, func(*sql.Tx) error { return nil }), ErrClosed)
+	_, err = db.Step(ctx, 1)
+	require.Error(t, err, "reads fail too, without panicking")
 }
 
 func TestReaderIsReadOnly(t *testing.T) {

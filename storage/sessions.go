@@ -22,8 +22,9 @@ const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen,
 // Sessions pages through sessions newest first by last activity, ties broken by id, using
 // keyset pagination: q.Before is the Next of the previous page. Limit is clamped to 1..500
 // and defaults to 50. Search, when set, keeps sessions whose id, agent id, agent name or
-// user id contains it (ASCII case-insensitive). A session that is active while a client
-// pages moves to the front, so a walk sees each session at most once per position it held.
+// user id contains it (ASCII case-insensitive). A walk never shows a session twice: one
+// that receives a step meanwhile moves to the front, where the next refresh of the first
+// page shows it.
 func (db *DB) Sessions(ctx context.Context, q SessionQuery) (SessionPage, error) {
 	limit := clamp(q.Limit, 50, 500)
 	var (
@@ -118,8 +119,8 @@ func decodeCursor(c string) (int64, string, error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("%w: %q", ErrInvalidCursor, c)
 	}
-	var parts []json.RawMessage
 	var (
+		parts    []json.RawMessage
 		lastSeen int64
 		id       string
 	)

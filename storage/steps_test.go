@@ -169,7 +169,7 @@ func TestStepsLimitIsClamped(t *testing.T) {
 	bulkSteps(t, db, "s", "", 1205)
 	tests := []struct {
 		limit, want int
-	}{{0, 200}, {-5, 200}, {1, 1}, {999, 999}, {5000, 1000}}
+	}{{0, 200}, {-5, 200}, {1, 1}, {5000, 1000}}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) {
 			got, err := db.Steps(ctx, StepQuery{SessionID: "s", Limit: tc.limit})
