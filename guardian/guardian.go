@@ -28,7 +28,7 @@ type Config struct {
 	MaxBatch int
 	// HistorySize is how many recent steps of a session rules can see (default 200).
 	HistorySize int
-	// SessionCache is how many sessions' histories stay in memory (default 10000).
+	// SessionCache is how many sessions' histories stay in memory (default 2000).
 	SessionCache int
 	// PublicURL is the base URL printed and reported by /api/info, e.g. http://127.0.0.1:7878.
 	PublicURL string
@@ -48,7 +48,7 @@ func (c *Config) withDefaults() {
 		c.HistorySize = 200
 	}
 	if c.SessionCache <= 0 {
-		c.SessionCache = 10000
+		c.SessionCache = 2000
 	}
 	if c.Version == "" {
 		c.Version = "dev"

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -39,7 +40,7 @@ type History struct {
 	// StepCount counts every step of the session stored so far.
 	StepCount int
 	// Steps holds the newest steps, oldest first, at most Config.HistorySize.
-	Steps []storage.StepRecord
+	Steps []rules.HistoryStep
 }
 
 // Policy decides steps. The rules engine is one; AllowAll is the fallback.

@@ -2,8 +2,10 @@ package guardian
 
 import (
 	"context"
+	"strings"
 	"sync"
 
+	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -22,7 +24,7 @@ type sessionState struct {
 	mu     sync.Mutex
 	id     string
 	count  int
-	steps  []storage.StepRecord
+	steps  []rules.HistoryStep
 	max    int
 	loaded bool
 }
@@ -56,7 +58,10 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 		if sess, err := c.store.Session(ctx, id); err == nil {
 			s.count = int(sess.Steps)
 			if recent, err := c.store.RecentSteps(ctx, id, c.hist); err == nil {
-				s.steps = recent
+				s.steps = make([]rules.HistoryStep, len(recent))
+				for i, r := range recent {
+					s.steps[i] = HistoryStep(r)
+				}
 			}
 		}
 	}
@@ -74,12 +79,24 @@ func (s *sessionState) add(rec storage.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.count++
-	// Keep only what rules need from the history; the request bodies stay in the store.
-	rec.Request, rec.Response = nil, nil
 	if len(s.steps) >= s.max {
-		n := make([]storage.StepRecord, 0, s.max)
+		n := make([]rules.HistoryStep, 0, s.max)
 		n = append(n, s.steps[len(s.steps)-s.max+1:]...)
 		s.steps = n
 	}
-	s.steps = append(s.steps, rec)
+	s.steps = append(s.steps, HistoryStep(rec))
+}
+
+// historyTextLimit bounds the text kept per earlier step, so a session that retrieved large
+// documents cannot make the in-memory history grow without bound.
+const historyTextLimit = 8 << 10
+
+// HistoryStep is what rules see of an earlier step: no request bodies, just the facts.
+func HistoryStep(r storage.StepRecord) rules.HistoryStep {
+	text := r.Text
+	if len(text) > historyTextLimit {
+		text = strings.ToValidUTF8(text[:historyTextLimit], "")
+	}
+	return rules.HistoryStep{Method: r.Method, Kind: r.Kind, Tool: r.Tool, Decision: r.Decision,
+		Text: text, Seq: r.Seq, ReceivedAt: r.ReceivedAt}
 }
