@@ -13,6 +13,9 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/live"
+	"github.com/vigil-guardian/vigil/guardian/ruleenv"
+	"github.com/vigil-guardian/vigil/guardian/rulesapi"
+	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -59,21 +62,52 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
 
+	engine := rules.NewEngine(rules.Options{
+		DefaultDecision: rules.Action(cfg.DefaultDecision),
+		OnErrorEnforce:  rules.Action(cfg.OnRuleError),
+	})
+	rs := rulesapi.New(rulesapi.Options{
+		Store:           db,
+		Engine:          engine,
+		Publish:         hub.Publish,
+		EnvForStep:      guardian.EnvForStored,
+		EnvForDraft:     ruleenv.FromMethodParams,
+		ModifiedRequest: guardian.DraftModifiedRequest,
+		RulesFile:       cfg.RulesFile,
+		Logger:          log,
+	})
+	fail := func(err error) (*server, error) {
+		cancel()
+		<-hubDone
+		_ = ln.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	if err := rs.Start(ctx); err != nil {
+		return fail(fmt.Errorf("load stored rules: %w", err))
+	}
+	if cfg.RulesFile != "" {
+		n, err := rs.ImportFile(ctx, cfg.RulesFile, "merge", "rules-file")
+		if err != nil {
+			return fail(fmt.Errorf("load rules file: %w", err))
+		}
+		log.Info("rules file loaded", "file", cfg.RulesFile, "changed", n, "rules", len(engine.Rules()))
+	}
+
 	hm := holds.NewManager(holds.Options{
 		Store:          db,
 		Publish:        hub.Publish,
 		ValidateParams: guardian.ValidateParams,
+		Remember: func(ctx context.Context, r rules.Rule) error {
+			return rs.Upsert(ctx, r, "approve-and-remember")
+		},
 		MaxPending:     cfg.MaxHolds,
 		DefaultTimeout: cfg.HoldTimeout,
 		Logger:         log,
 	})
 	// Holds left pending by a previous run are resolved (timed out) before any new traffic.
 	if err := hm.Start(ctx); err != nil {
-		cancel()
-		<-hubDone
-		_ = ln.Close()
-		_ = db.Close()
-		return nil, fmt.Errorf("resolve holds left pending: %w", err)
+		return fail(fmt.Errorf("resolve holds left pending: %w", err))
 	}
 	s.holds = hm
 
@@ -89,17 +123,15 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		UI:        uiFS(),
 		Publisher: hub,
 		Holds:     guardian.ManagerHolds{M: hm},
+		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
 		Mount: []func(*http.ServeMux){
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
 			hm.Register,
+			rs.Register,
 		},
 	})
 	if err != nil {
-		cancel()
-		_ = ln.Close()
-		_ = db.Close()
-		<-hubDone
-		return nil, fmt.Errorf("start guardian: %w", err)
+		return fail(fmt.Errorf("start guardian: %w", err))
 	}
 	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{

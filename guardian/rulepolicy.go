@@ -167,3 +167,35 @@ func setInput(step *aos.Step, params map[string]any, name string, value any) err
 	}
 	return fmt.Errorf("set %s: a %s step has no inputs", name, step.Kind)
 }
+
+// EnvForStored rebuilds the rule environment of a stored step, for backtests and tests by
+// seq; history is the session's earlier stored steps, oldest first.
+func EnvForStored(_ context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error) {
+	step, perr := aos.ParseStep(rec.Request)
+	if perr != nil {
+		return nil, fmt.Errorf("stored step %d no longer parses: %w", rec.Seq, perr)
+	}
+	h := ruleenv.History{SessionID: rec.SessionID, StepCount: len(history), Steps: make([]rules.HistoryStep, len(history))}
+	for i, r := range history {
+		h.Steps[i] = HistoryStep(r)
+	}
+	return ruleenv.Build(step, h, rec.ReceivedAt), nil
+}
+
+// DraftModifiedRequest renders the request a modify verdict would send back for a step
+// given as method and params.
+func DraftModifiedRequest(method string, params json.RawMessage, v rules.Verdict) (json.RawMessage, error) {
+	req, err := json.Marshal(aos.Request{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: method, Params: params})
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	step, perr := aos.ParseStep(req)
+	if perr != nil {
+		return nil, perr
+	}
+	mp, err := ModifyParams(step, v.Modify)
+	if err != nil || mp == nil {
+		return nil, err
+	}
+	return aos.NewModifiedRequest(step, mp)
+}

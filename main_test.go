@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func testConfig(t *testing.T, db string) Config {
+	t.Helper()
+	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", db}, io.Discard)
+	require.NoError(t, err)
+	return cfg
+}
+
+const toolStep = `{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":{"context":{"agent":{"id":"a1","name":"Agent","instructions":"x","version":"1","provider":{"name":"p","url":"https://p.example"}},"session":{"id":"cli-session"},"turnId":"t1","stepId":"s1","timestamp":"2026-11-22T08:00:00Z"},"toolCallRequest":{"executionId":"e1","toolId":"transfer_funds","inputs":[{"name":"amount","value":5000}]}}}`
+
+func postStep(t *testing.T, url, body string) map[string]any {
+	t.Helper()
+	resp, err := http.Post(url+"/aos", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
+// TestServeRestart starts the whole server twice on one database: what was answered before
+// a clean shutdown is there after the restart.
+func TestServeRestart(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "nested", "vigil.db")
+	log := slog.New(slog.DiscardHandler)
+	srv, err := startServer(context.Background(), testConfig(t, db), log)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(srv.URL, "http://127.0.0.1:"))
+	out := postStep(t, srv.URL, toolStep)
+	require.Equal(t, "allow", out["result"].(map[string]any)["decision"])
+	require.NoError(t, srv.Shutdown(5*time.Second))
+
+	srv, err = startServer(context.Background(), testConfig(t, db), log)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+	resp, err := http.Get(srv.URL + "/api/sessions/cli-session")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var s struct{ Steps int }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
+	require.Equal(t, 1, s.Steps)
+
+	resp2, err := http.Get(srv.URL + "/")
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	require.Equal(t, http.StatusOK, resp2.StatusCode)
+	require.Contains(t, resp2.Header.Get("Content-Type"), "text/html")
+}
+
+func TestConfigFromEnvironmentAndFlags(t *testing.T) {
+	t.Setenv("VIGIL_ADDR", "127.0.0.1:9999")
+	t.Setenv("VIGIL_MAX_BODY", "1234")
+	cfg, err := parseConfig("serve", []string{"--max-body", "5678"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9999", cfg.Addr, "environment sets the default")
+	require.EqualValues(t, 5678, cfg.MaxBodyBytes, "a flag beats the environment")
+
+	t.Setenv("VIGIL_MAX_BODY", "lots")
+	_, err = parseConfig("serve", nil, io.Discard)
+	require.ErrorContains(t, err, "VIGIL_MAX_BODY")
+
+	t.Setenv("VIGIL_MAX_BODY", "")
+	os.Unsetenv("VIGIL_MAX_BODY")
+	_, err = parseConfig("serve", []string{"--default-decision", "maybe"}, io.Discard)
+	require.ErrorContains(t, err, "default-decision")
+}
+
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, []byte(`rules:
+  - id: big-transfer
+    when: tool == "transfer_funds" && inputs.amount > 1000
+    action: deny
+    reasonCode: BIG_TRANSFER
+tests:
+  - name: a big transfer is denied
+    step:
+      method: steps/toolCallRequest
+      params: {"context":{"agent":{"id":"a1","name":"Agent","instructions":"x","version":"1","provider":{"name":"p","url":"https://p.example"}},"session":{"id":"s"},"turnId":"t1","stepId":"s1","timestamp":"2026-11-22T08:00:00Z"},"toolCallRequest":{"executionId":"e1","toolId":"transfer_funds","inputs":[{"name":"amount","value":5000}]}}
+    expect: deny
+  - name: wrong on purpose
+    step:
+      method: steps/toolCallRequest
+      params: {"context":{"agent":{"id":"a1","name":"Agent","instructions":"x","version":"1","provider":{"name":"p","url":"https://p.example"}},"session":{"id":"s"},"turnId":"t1","stepId":"s1","timestamp":"2026-11-22T08:00:00Z"},"toolCallRequest":{"executionId":"e1","toolId":"transfer_funds","inputs":[{"name":"amount","value":5}]}}
+    expect: deny
+`), 0o600))
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("rules:\n  - id: broken\n    when: tool == \n    action: deny\n"), 0o600))
+
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"version", []string{"version"}, 0, "vigil ", ""},
+		{"unknown", []string{"frobnicate"}, 2, "", "unknown command"},
+		{"check ok", []string{"rules", "check", good}, 0, "1 rules OK", ""},
+		{"check error has a position", []string{"rules", "check", bad}, 1, "", "bad.yaml:3:"},
+		{"test reports failures", []string{"rules", "test", good}, 1, "1 passed, 1 failed", ""},
+		{"rules usage", []string{"rules"}, 2, "", "usage"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tc.args, &out, &errOut)
+			require.Equal(t, tc.code, code, "stdout: %s\nstderr: %s", out.String(), errOut.String())
+			require.Contains(t, out.String(), tc.stdout)
+			require.Contains(t, errOut.String(), tc.stderr)
+		})
+	}
+}
