@@ -117,6 +117,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		PublicURL:    url,
 		DBPath:       db.Path(),
 		RulesFile:    cfg.RulesFile,
+		AllowedHosts: allowedHosts(ln.Addr()),
 	}, guardian.Options{
 		Store:     db,
 		Logger:    log,
@@ -196,4 +197,14 @@ func publishStats(ctx context.Context, g *guardian.Guardian, hub *live.Hub, log 
 			hub.PublishStats(b)
 		}
 	}
+}
+
+// allowedHosts limits a loopback guardian to loopback host names (against DNS rebinding);
+// a guardian on another address serves any host name, as a reverse proxy may rewrite it.
+func allowedHosts(addr net.Addr) []string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return nil
+	}
+	return []string{"127.0.0.1", "localhost", "::1", tcp.IP.String()}
 }

@@ -3,9 +3,10 @@ package guardian
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,7 +30,33 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 		WriteError(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	mux.Handle("/", uiHandler(ui))
-	return securityHeaders(mux)
+	return g.hostCheck(securityHeaders(mux))
+}
+
+// hostCheck refuses requests whose Host header is not one of Config.AllowedHosts. A guardian
+// on loopback is otherwise reachable from any web page through DNS rebinding: a hostile
+// name that resolves to 127.0.0.1 would be "same origin" with the console.
+func (g *Guardian) hostCheck(next http.Handler) http.Handler {
+	if len(g.cfg.AllowedHosts) == 0 {
+		return next
+	}
+	allowed := make(map[string]bool, len(g.cfg.AllowedHosts))
+	for _, h := range g.cfg.AllowedHosts {
+		allowed[strings.ToLower(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.ToLower(strings.Trim(host, "[]"))
+		if !allowed[host] {
+			WriteError(w, http.StatusMisdirectedRequest, "host_not_allowed",
+				"host "+r.Host+" is not served here; use the address the guardian printed at start")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // securityHeaders sets headers every response should carry.

@@ -35,6 +35,8 @@ type Config struct {
 	// DBPath and RulesFile are reported by /api/info.
 	DBPath    string
 	RulesFile string
+	// AllowedHosts, when set, are the only Host header names served (ports ignored).
+	AllowedHosts []string
 }
 
 func (c *Config) withDefaults() {
