@@ -289,6 +289,8 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 		MatchedRules: v.Matches,
 		Text:         step.Text(),
 		Held:         held,
+		// The request passed the AOS parser and the response is built here.
+		TrustedJSON: true,
 	}
 	if rec.MatchedRules == nil {
 		rec.MatchedRules = []storage.RuleMatch{}

@@ -84,8 +84,10 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	if rec.MatchedRules == nil {
 		rec.MatchedRules = []RuleMatch{}
 	}
-	rec.Request = validJSON(rec.Request)
-	rec.Response = validJSON(rec.Response)
+	if !rec.TrustedJSON {
+		rec.Request = validJSON(rec.Request)
+		rec.Response = validJSON(rec.Response)
+	}
 	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
 		return fmt.Errorf("storage: encode matched rules: %w", err)

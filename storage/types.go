@@ -39,6 +39,9 @@ type StepRecord struct {
 	Text string `json:"text,omitempty"`
 	// Held is true when the step waited for an operator.
 	Held bool `json:"held,omitempty"`
+	// TrustedJSON says Request and Response are known to be valid JSON (the guardian
+	// parsed or built them), so SaveStep need not scan them again.
+	TrustedJSON bool `json:"-"`
 }
 
 // RuleMatch records one rule that matched a step (or failed evaluating it).
