@@ -30,6 +30,7 @@ type Config struct {
 	Addr         string
 	DB           string
 	RulesFile    string
+	RulesMode    string
 	LogLevel     string
 	LogFormat    string
 	MaxBodyBytes int64
@@ -91,7 +92,8 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.SetOutput(stderr)
 	fset.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "listen address (loopback by default)")
 	fset.StringVar(&cfg.DB, "db", defaultDBPath(), "SQLite database file")
-	fset.StringVar(&cfg.RulesFile, "rules", "", "rules file (YAML or JSON) loaded at start")
+	fset.StringVar(&cfg.RulesFile, "rules", "", "rules file (YAML or JSON) loaded at start and on SIGHUP")
+	fset.StringVar(&cfg.RulesMode, "rules-mode", "merge", "how the rules file meets stored rules: merge (file wins for its ids) or replace")
 	fset.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fset.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fset.Int64Var(&cfg.MaxBodyBytes, "max-body", 10<<20, "largest accepted /aos request body in bytes")
@@ -122,6 +124,11 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	case "allow", "deny":
 	default:
 		return cfg, fmt.Errorf("-default-decision: must be allow or deny, got %q", cfg.DefaultDecision)
+	}
+	switch cfg.RulesMode {
+	case "merge", "replace":
+	default:
+		return cfg, fmt.Errorf("-rules-mode: must be merge or replace, got %q", cfg.RulesMode)
 	}
 	switch cfg.OnRuleError {
 	case "allow", "deny":
@@ -177,7 +184,18 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "Vigil guardian listening on %s (AOS endpoint /aos)\n", srv.URL)
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-hup:
+			srv.ReloadRules(ctx)
+		}
+	}
 	log.Info("shutting down")
 	if err := srv.Shutdown(10 * time.Second); err != nil {
 		log.Error("shutdown", "err", err)

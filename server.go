@@ -29,7 +29,21 @@ type server struct {
 	done    chan struct{}
 	closers []func()
 	holds   *holds.Manager
+	rules   *rulesapi.Service
 }
+
+// ReloadRules reads the rules file again (SIGHUP).
+func (s *server) ReloadRules(ctx context.Context) {
+	n, err := s.rules.Reload(ctx, "sighup")
+	if err != nil {
+		s.log.Error("reload rules file", "err", err)
+		return
+	}
+	s.log.Info("rules file reloaded", "changed", n)
+}
+
+// guardianHistory is how many earlier steps of a session rules see, live and in backtests.
+const guardianHistory = 200
 
 // startServer opens the database, loads rules, and starts serving on cfg.Addr. The URL it
 // reports carries the real port when cfg.Addr asks for port 0.
@@ -74,6 +88,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		EnvForDraft:     ruleenv.FromMethodParams,
 		ModifiedRequest: guardian.DraftModifiedRequest,
 		RulesFile:       cfg.RulesFile,
+		HistorySize:     guardianHistory,
 		Logger:          log,
 	})
 	fail := func(err error) (*server, error) {
@@ -83,16 +98,19 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		_ = db.Close()
 		return nil, err
 	}
-	if err := rs.Start(ctx); err != nil {
-		return fail(fmt.Errorf("load stored rules: %w", err))
-	}
+	// The file is imported before the stored rules are loaded, so a replace import can
+	// repair a database whose stored rules no longer compile.
 	if cfg.RulesFile != "" {
-		n, err := rs.ImportFile(ctx, cfg.RulesFile, "merge", "rules-file")
+		n, err := rs.ImportFile(ctx, cfg.RulesFile, cfg.RulesMode, "rules-file")
 		if err != nil {
 			return fail(fmt.Errorf("load rules file: %w", err))
 		}
-		log.Info("rules file loaded", "file", cfg.RulesFile, "changed", n, "rules", len(engine.Rules()))
+		log.Info("rules file loaded", "file", cfg.RulesFile, "mode", cfg.RulesMode, "changed", n)
 	}
+	if err := rs.Start(ctx); err != nil {
+		return fail(fmt.Errorf("load stored rules: %w", err))
+	}
+	s.rules = rs
 
 	hm := holds.NewManager(holds.Options{
 		Store:          db,
@@ -118,6 +136,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		DBPath:       db.Path(),
 		RulesFile:    cfg.RulesFile,
 		AllowedHosts: allowedHosts(ln.Addr()),
+		HistorySize:  guardianHistory,
 	}, guardian.Options{
 		Store:     db,
 		Logger:    log,

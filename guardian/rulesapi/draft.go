@@ -1,0 +1,306 @@
+package rulesapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Backtest limits.
+const (
+	DefaultBacktestLimit = 1000
+	MaxBacktestLimit     = 10000
+	maxBacktestExamples  = 50
+)
+
+// compileDraft compiles a draft rule set; nil rules means the live set.
+func (s *Service) compileDraft(ctx context.Context, draft []rules.Rule) (*rules.Program, error) {
+	if draft == nil {
+		cur, err := s.store.ListRules(ctx)
+		if err != nil {
+			return nil, err
+		}
+		draft = cur
+	}
+	p, err := rules.Compile(draft, s.draftOptions())
+	if err != nil {
+		return nil, asInvalid(err)
+	}
+	return p, nil
+}
+
+// TestRequest is the body of POST /api/rules/test: draft rules (absent: the stored ones)
+// against either a step given as method and params, or a stored step by seq.
+type TestRequest struct {
+	Rules []rules.Rule    `json:"rules"`
+	Step  *rules.TestStep `json:"step,omitempty"`
+	Seq   int64           `json:"seq,omitempty"`
+}
+
+// TestResult is the draft's verdict on the step.
+type TestResult struct {
+	Decision   rules.Action        `json:"decision"`
+	RuleID     string              `json:"ruleId,omitempty"`
+	Message    string              `json:"message"`
+	Reasoning  string              `json:"reasoning,omitempty"`
+	ReasonCode []string            `json:"reasonCode"`
+	Matches    []rules.Match       `json:"matches"`
+	Modify     *rules.Modification `json:"modify,omitempty"`
+	Hold       *rules.HoldSpec     `json:"hold,omitempty"`
+	// ModifiedRequest is the request as a modify decision would forward it.
+	ModifiedRequest json.RawMessage `json:"modifiedRequest,omitempty"`
+	// Stored is the stored step's actual decision, for a test by seq.
+	Stored        *StoredDecision `json:"stored,omitempty"`
+	ElapsedMicros int64           `json:"elapsedMicros"`
+}
+
+// StoredDecision is what a stored step was decided when it arrived.
+type StoredDecision struct {
+	Decision     string              `json:"decision"`
+	Held         bool                `json:"held,omitempty"`
+	MatchedRules []storage.RuleMatch `json:"matchedRules"`
+}
+
+// Test evaluates draft rules against one step.
+func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error) {
+	prog, err := s.compileDraft(ctx, req.Rules)
+	if err != nil {
+		return TestResult{}, err
+	}
+	var (
+		env    *rules.Env
+		method string
+		params json.RawMessage
+		stored *StoredDecision
+	)
+	switch {
+	case req.Step != nil && req.Seq != 0:
+		return TestResult{}, fmt.Errorf("give either step or seq, not both: %w", ErrBadRequest)
+	case req.Step != nil:
+		if s.opts.EnvForDraft == nil {
+			return TestResult{}, errors.New("rulesapi: testing a draft step is not configured")
+		}
+		if req.Step.Method == "" {
+			return TestResult{}, fmt.Errorf("step.method is required: %w", ErrBadRequest)
+		}
+		method, params = req.Step.Method, req.Step.Params
+		env, err = s.opts.EnvForDraft(method, params)
+		if err != nil {
+			return TestResult{}, fmt.Errorf("step does not decode: %w: %w", err, ErrBadRequest)
+		}
+	case req.Seq > 0:
+		rec, err := s.store.Step(ctx, req.Seq)
+		if err != nil {
+			return TestResult{}, err
+		}
+		hist, err := s.store.SessionStepsBefore(ctx, rec.SessionID, rec.Seq, s.opts.HistorySize)
+		if err != nil {
+			return TestResult{}, err
+		}
+		env, err = s.envForStep(ctx, rec, hist)
+		if err != nil {
+			return TestResult{}, fmt.Errorf("stored step %d does not decode: %w: %w", rec.Seq, err, ErrBadRequest)
+		}
+		method, params = requestParams(rec)
+		stored = &StoredDecision{Decision: rec.Decision, Held: rec.Held, MatchedRules: rec.MatchedRules}
+	default:
+		return TestResult{}, fmt.Errorf("give a step ({method, params}) or the seq of a stored step: %w", ErrBadRequest)
+	}
+
+	start := time.Now()
+	v := prog.Evaluate(env)
+	out := TestResult{
+		Decision: v.Action, RuleID: v.RuleID, Message: v.Message, Reasoning: v.Reasoning,
+		ReasonCode: v.ReasonCodes, Matches: v.Matches, Modify: v.Modify, Hold: v.Hold,
+		Stored: stored, ElapsedMicros: time.Since(start).Microseconds(),
+	}
+	if out.ReasonCode == nil {
+		out.ReasonCode = []string{}
+	}
+	if out.Matches == nil {
+		out.Matches = []rules.Match{}
+	}
+	if v.Action == rules.ActionModify && s.opts.ModifiedRequest != nil {
+		mr, err := s.opts.ModifiedRequest(method, params, v)
+		if err != nil {
+			return TestResult{}, fmt.Errorf("rulesapi: render modified request: %w", err)
+		}
+		out.ModifiedRequest = mr
+	}
+	return out, nil
+}
+
+func (s *Service) envForStep(ctx context.Context, rec storage.StepRecord, hist []storage.StepRecord) (*rules.Env, error) {
+	if s.opts.EnvForStep == nil {
+		return nil, errors.New("rulesapi: replaying stored steps is not configured")
+	}
+	env, err := s.opts.EnvForStep(ctx, rec, hist)
+	if err != nil {
+		return nil, err
+	}
+	if env == nil {
+		env = &rules.Env{}
+	}
+	// Replay at the step's own time, so expiries and time windows judge it as they did.
+	if env.Now.IsZero() {
+		env.Now = rec.ReceivedAt
+	}
+	return env, nil
+}
+
+// requestParams extracts the method and params of a stored JSON-RPC request.
+func requestParams(rec storage.StepRecord) (string, json.RawMessage) {
+	var req struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	_ = json.Unmarshal(rec.Request, &req) // a stored request that is not an object has no params
+	if req.Method == "" {
+		req.Method = rec.Method
+	}
+	return req.Method, req.Params
+}
+
+// BacktestRequest is the body of POST /api/rules/backtest.
+type BacktestRequest struct {
+	// Rules is the draft set; absent means the stored rules.
+	Rules []rules.Rule `json:"rules"`
+	// Limit is how many of the newest steps to replay (default 1000, at most 10000).
+	Limit int `json:"limit"`
+	// Before, when set, ends the window before this seq.
+	Before int64 `json:"before,omitempty"`
+}
+
+// BacktestResult reports which stored decisions the draft would change.
+type BacktestResult struct {
+	Evaluated int `json:"evaluated"`
+	Changed   int `json:"changed"`
+	// ByChange counts changes as "before->after", e.g. "allow->deny".
+	ByChange map[string]int `json:"byChange"`
+	// Decisions counts the draft's decisions over the window.
+	Decisions map[string]int    `json:"decisions"`
+	Examples  []BacktestExample `json:"examples"`
+	// Skipped counts stored steps whose environment could not be rebuilt.
+	Skipped int `json:"skipped"`
+	// RuleErrors counts draft rule evaluations that failed at run time.
+	RuleErrors int `json:"ruleErrors"`
+	// FromSeq and ToSeq bound the replayed window (0 when it is empty).
+	FromSeq int64 `json:"fromSeq"`
+	ToSeq   int64 `json:"toSeq"`
+	// EvalMicros is the time spent evaluating; AvgMicros per step.
+	EvalMicros int64   `json:"evalMicros"`
+	AvgMicros  float64 `json:"avgMicros"`
+}
+
+// BacktestExample is one step whose decision would change.
+type BacktestExample struct {
+	Seq       int64  `json:"seq"`
+	Method    string `json:"method"`
+	SessionID string `json:"sessionId"`
+	Tool      string `json:"tool,omitempty"`
+	Before    string `json:"before"`
+	After     string `json:"after"`
+	// Rules are the draft rules that matched or failed, deciding rule first.
+	Rules   []string `json:"rules"`
+	Message string   `json:"message,omitempty"`
+}
+
+// storedDecision is the decision a stored step's rules reached: a held step was "hold",
+// whatever the operator then decided.
+func storedDecision(rec storage.StepRecord) string {
+	if rec.Held {
+		return string(rules.ActionHold)
+	}
+	return rec.Decision
+}
+
+// Backtest replays a draft rule set over the newest stored steps and compares its
+// decisions with the stored ones. Each step sees the earlier steps of its session within
+// the window as its history, as it would have live.
+func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestResult, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = DefaultBacktestLimit
+	}
+	if limit > MaxBacktestLimit {
+		return BacktestResult{}, fmt.Errorf("limit %d is above %d: %w", limit, MaxBacktestLimit, ErrBadRequest)
+	}
+	if s.opts.EnvForStep == nil {
+		return BacktestResult{}, errors.New("rulesapi: replaying stored steps is not configured")
+	}
+	prog, err := s.compileDraft(ctx, req.Rules)
+	if err != nil {
+		return BacktestResult{}, err
+	}
+	select {
+	case s.backtests <- struct{}{}:
+		defer func() { <-s.backtests }()
+	case <-ctx.Done():
+		return BacktestResult{}, ctx.Err()
+	}
+	steps, err := s.store.StepsBefore(ctx, req.Before, limit)
+	if err != nil {
+		return BacktestResult{}, err
+	}
+
+	res := BacktestResult{ByChange: map[string]int{}, Decisions: map[string]int{}, Examples: []BacktestExample{}}
+	if len(steps) > 0 {
+		res.FromSeq, res.ToSeq = steps[0].Seq, steps[len(steps)-1].Seq
+	}
+	history := map[string][]storage.StepRecord{}
+	var evalTime time.Duration
+	for i, rec := range steps {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return BacktestResult{}, err
+			}
+		}
+		hist := history[rec.SessionID]
+		if len(hist) > s.opts.HistorySize {
+			hist = hist[len(hist)-s.opts.HistorySize:]
+		}
+		history[rec.SessionID] = append(hist, rec)
+		env, err := s.envForStep(ctx, rec, hist)
+		if err != nil {
+			res.Skipped++
+			continue
+		}
+		start := time.Now()
+		v := prog.Evaluate(env)
+		evalTime += time.Since(start)
+		res.Evaluated++
+		after := string(v.Action)
+		res.Decisions[after]++
+		var ruleIDs []string
+		for _, m := range v.Matches {
+			if m.Error != "" {
+				res.RuleErrors++
+			}
+			ruleIDs = append(ruleIDs, m.RuleID)
+		}
+		before := storedDecision(rec)
+		if before == after {
+			continue
+		}
+		res.Changed++
+		res.ByChange[before+"->"+after]++
+		if len(res.Examples) < maxBacktestExamples {
+			if ruleIDs == nil {
+				ruleIDs = []string{}
+			}
+			res.Examples = append(res.Examples, BacktestExample{Seq: rec.Seq, Method: rec.Method,
+				SessionID: rec.SessionID, Tool: rec.Tool, Before: before, After: after,
+				Rules: ruleIDs, Message: v.Message})
+		}
+	}
+	res.EvalMicros = evalTime.Microseconds()
+	if res.Evaluated > 0 {
+		res.AvgMicros = float64(evalTime.Nanoseconds()) / 1000 / float64(res.Evaluated)
+	}
+	return res, nil
+}

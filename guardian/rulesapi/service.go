@@ -1,0 +1,618 @@
+// Package rulesapi keeps the rule set: rules stored in SQLite with every version, the live
+// rules.Engine that evaluates them, and the /api/rules HTTP API operators edit them with.
+//
+// Every change follows one order, so the database and the engine never disagree: compile
+// the whole candidate set (refusing it with diagnostics when any rule fails), commit it to
+// the store with its rule.changed events, load the same set into the engine (an atomic
+// swap: a request in flight sees the old set or the new one, never a mix), and only then
+// publish the events. Changes are serialised by one mutex.
+package rulesapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Store is what the rules service needs from persistence; *storage.DB implements it.
+type Store interface {
+	// ListRules returns the current rules ordered by id.
+	ListRules(ctx context.Context) ([]rules.Rule, error)
+	// GetRule returns one rule or an error wrapping storage.ErrNotFound.
+	GetRule(ctx context.Context, id string) (rules.Rule, error)
+	// ApplyRules commits several changes and their events in one transaction.
+	ApplyRules(ctx context.Context, b storage.RuleBatch) ([]rules.Rule, []storage.Event, error)
+	// RuleVersions returns a rule's versions newest first, also for a deleted rule.
+	RuleVersions(ctx context.Context, id string) ([]storage.RuleVersion, error)
+	RuleVersion(ctx context.Context, id string, version int) (storage.RuleVersion, error)
+	// Step returns one stored step (for POST /api/rules/test with a seq).
+	Step(ctx context.Context, seq int64) (storage.StepRecord, error)
+	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
+	// bound), oldest first: the backtest window.
+	StepsBefore(ctx context.Context, before int64, limit int) ([]storage.StepRecord, error)
+	// SessionStepsBefore returns the newest steps of a session with seq < before, oldest
+	// first: the history a stored step was decided with.
+	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]storage.StepRecord, error)
+}
+
+// Options configure the service. Store is required.
+type Options struct {
+	Store Store
+	// Engine is the live engine the guardian evaluates with; nil creates one from
+	// EngineOptions (see Engine()).
+	Engine *rules.Engine
+	// EngineOptions are used to create the engine when Engine is nil. Drafts (test,
+	// backtest) always compile with the live engine's options, so they decide alike.
+	EngineOptions rules.Options
+	// Publish receives every committed rule.changed event, after the engine has the new
+	// set. It must not block. Nil publishes nothing.
+	Publish func(storage.Event)
+	// EnvForStep builds the rule environment of a stored step; history is the session's
+	// earlier steps, oldest first. Required for backtests and tests by seq.
+	EnvForStep func(ctx context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error)
+	// EnvForDraft builds the rule environment of a step given as method and params.
+	// Required for tests of a draft step.
+	EnvForDraft func(method string, params json.RawMessage) (*rules.Env, error)
+	// ModifiedRequest renders the request a modify verdict produces, for test output.
+	// Optional.
+	ModifiedRequest func(method string, params json.RawMessage, v rules.Verdict) (json.RawMessage, error)
+	// OperatorFrom names the operator of an API request (default: the X-Vigil-Operator
+	// header, else "api").
+	OperatorFrom func(*http.Request) string
+	// RulesFile is the file POST /api/rules/reload and Reload read; empty disables them.
+	RulesFile string
+	// HistorySize is how many earlier steps of a session a stored step is replayed with
+	// (default 200, the guardian's default; at most 1000).
+	HistorySize int
+	Logger      *slog.Logger
+	// Now is the clock for UpdatedAt and expiry (default time.Now).
+	Now func() time.Time
+}
+
+// engine is the part of *rules.Engine the service uses; tests substitute a failing Load.
+type engine interface {
+	Load([]rules.Rule) error
+	Stats() map[string]rules.RuleStats
+	Options() rules.Options
+}
+
+// Service owns the rule set.
+type Service struct {
+	opts   Options
+	store  Store
+	live   *rules.Engine
+	engine engine
+	log    *slog.Logger
+	now    func() time.Time
+
+	// mu serialises changes: read the set, compile, write, load.
+	mu sync.Mutex
+	// backtests admits one backtest at a time: each can replay 10000 steps.
+	backtests chan struct{}
+}
+
+// Errors the API maps to HTTP statuses. A missing rule or step wraps storage.ErrNotFound.
+var (
+	ErrConflict   = errors.New("conflict")
+	ErrBadRequest = errors.New("bad request")
+)
+
+// InvalidRulesError is returned when a change would leave rules that do not compile.
+type InvalidRulesError struct {
+	Diagnostics []rules.Diagnostic
+}
+
+func (e *InvalidRulesError) Error() string {
+	var b strings.Builder
+	b.WriteString("rules do not compile")
+	for i, d := range e.Diagnostics {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n  … and %d more", len(e.Diagnostics)-i)
+			break
+		}
+		b.WriteString("\n  ")
+		b.WriteString(d.String())
+	}
+	return b.String()
+}
+
+// asInvalid turns a compile error into *InvalidRulesError; other errors pass through.
+func asInvalid(err error) error {
+	var ce rules.CompileErrors
+	if errors.As(err, &ce) {
+		return &InvalidRulesError{Diagnostics: []rules.Diagnostic(ce)}
+	}
+	return err
+}
+
+// reservedIDs are path segments of the API that a rule id would shadow.
+var reservedIDs = []string{"validate", "test", "backtest", "import", "export", "reload"}
+
+// New builds the service. Call Start before serving.
+func New(opts Options) *Service {
+	s := &Service{opts: opts, store: opts.Store, live: opts.Engine, log: opts.Logger, now: opts.Now,
+		backtests: make(chan struct{}, 1)}
+	if s.live == nil {
+		s.live = rules.NewEngine(opts.EngineOptions)
+	}
+	s.engine = s.live
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.opts.OperatorFrom == nil {
+		s.opts.OperatorFrom = defaultOperator
+	}
+	if s.opts.HistorySize <= 0 {
+		s.opts.HistorySize = 200
+	}
+	s.opts.HistorySize = min(s.opts.HistorySize, 1000)
+	return s
+}
+
+func defaultOperator(r *http.Request) string {
+	if op := strings.TrimSpace(r.Header.Get("X-Vigil-Operator")); op != "" {
+		return op
+	}
+	return "api"
+}
+
+// Engine is the live engine; the guardian's policy evaluates with it.
+func (s *Service) Engine() *rules.Engine { return s.live }
+
+// Start loads the stored rules into the engine. It refuses, listing every diagnostic, when
+// a stored rule does not compile (for example one written by another version of Vigil):
+// the guardian must not run with part of its policy silently missing.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return fmt.Errorf("rulesapi: read stored rules: %w", err)
+	}
+	if err := s.engine.Load(cur); err != nil {
+		return fmt.Errorf("rulesapi: the rules stored in the database cannot be loaded; "+
+			"import a rules file that replaces them (ImportFile with mode replace) or remove "+
+			"them from the database: %w", asInvalid(err))
+	}
+	s.log.Info("rules loaded", "rules", len(cur))
+	return nil
+}
+
+// draftOptions are the options drafts compile with: the live engine's, without its logger,
+// so a draft's run-time errors do not flood the log.
+func (s *Service) draftOptions() rules.Options {
+	o := s.engine.Options()
+	o.Logger = nil
+	return o
+}
+
+// normalize fills defaults a Go caller may leave out, so equal rules compare equal.
+func normalize(r rules.Rule) rules.Rule {
+	if r.Mode == "" {
+		r.Mode = rules.ModeEnforce
+	}
+	if r.ExpiresAt != nil {
+		e := r.ExpiresAt.UTC()
+		r.ExpiresAt = &e
+	}
+	r.Version, r.UpdatedAt = 0, time.Time{}
+	return r
+}
+
+// sameContent reports whether a and b differ only in version and save time.
+func sameContent(a, b rules.Rule) bool {
+	ja, errA := json.Marshal(normalize(a))
+	jb, errB := json.Marshal(normalize(b))
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// validate checks one rule on its own, with the API's extra constraints.
+func validate(r rules.Rule) error {
+	diags := rules.Validate(r)
+	if slices.Contains(reservedIDs, r.ID) {
+		diags = append(diags, rules.Diagnostic{RuleID: r.ID, Field: "id",
+			Message: fmt.Sprintf("id %q is reserved by the rules API", r.ID)})
+	}
+	if len(diags) > 0 {
+		return &InvalidRulesError{Diagnostics: diags}
+	}
+	return nil
+}
+
+// commit applies changes to the current set cur under s.mu: compile the candidate set,
+// write it with its events, load it into the engine, publish. It returns the stored rules
+// of the changes in order.
+func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []storage.RuleChange, operator, eventOp string) ([]rules.Rule, error) {
+	for i := range changes {
+		if changes[i].Op != storage.RuleOpDelete {
+			changes[i].Rule = normalize(changes[i].Rule)
+		}
+	}
+	if _, err := rules.Compile(merge(cur, changes, nil), s.draftOptions()); err != nil {
+		return nil, asInvalid(err)
+	}
+	// The write must not be abandoned half-way by a caller that goes away: once queued it
+	// may commit, and the engine has to follow whatever the database holds.
+	wctx := context.WithoutCancel(ctx)
+	saved, events, err := s.store.ApplyRules(wctx, storage.RuleBatch{
+		Changes: changes, Operator: operator, At: s.now(), EventOp: eventOp,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rulesapi: save rules: %w", err)
+	}
+	if err := s.engine.Load(merge(cur, changes, saved)); err != nil {
+		s.revert(wctx, cur, changes, operator, events)
+		return nil, fmt.Errorf("rulesapi: load rules (change reverted): %w", err)
+	}
+	for _, ev := range events {
+		s.publish(ev)
+	}
+	for i, c := range changes {
+		s.log.Info("rule changed", "op", c.Op, "rule", c.Rule.ID, "version", saved[i].Version, "operator", operator)
+	}
+	return saved, nil
+}
+
+// revert undoes a committed change the engine refused, restoring cur in the store. It is a
+// safety net: the candidate set compiled just before, so Load failing means a defect.
+func (s *Service) revert(ctx context.Context, cur []rules.Rule, changes []storage.RuleChange, operator string, events []storage.Event) {
+	// The change's own events are in the log already; publish them so live clients see the
+	// same history as a replay, followed by the revert.
+	for _, ev := range events {
+		s.publish(ev)
+	}
+	prev := make(map[string]rules.Rule, len(cur))
+	for _, r := range cur {
+		prev[r.ID] = r
+	}
+	undo := make([]storage.RuleChange, 0, len(changes))
+	for _, c := range changes {
+		if old, ok := prev[c.Rule.ID]; ok {
+			undo = append(undo, storage.RuleChange{Op: storage.RuleOpRevert, Rule: normalize(old)})
+		} else if c.Op != storage.RuleOpDelete {
+			undo = append(undo, storage.RuleChange{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: c.Rule.ID}})
+		}
+	}
+	_, revEvents, err := s.store.ApplyRules(ctx, storage.RuleBatch{
+		Changes: undo, Operator: operator, At: s.now(), EventOp: storage.RuleOpReload,
+	})
+	if err != nil {
+		s.log.Error("rules: could not revert a change the engine refused; the stored rules "+
+			"differ from the running ones until restart", "err", err)
+		return
+	}
+	for _, ev := range revEvents {
+		s.publish(ev)
+	}
+	if err := s.engine.Load(cur); err != nil {
+		s.log.Error("rules: could not reload the previous rules after a revert", "err", err)
+	}
+}
+
+func (s *Service) publish(ev storage.Event) {
+	if s.opts.Publish != nil {
+		s.opts.Publish(ev)
+	}
+}
+
+// merge returns cur with changes applied, ordered by id. When saved is given (the store's
+// results, in change order) those are used for the changed rules, carrying their versions.
+func merge(cur []rules.Rule, changes []storage.RuleChange, saved []rules.Rule) []rules.Rule {
+	byID := make(map[string]rules.Rule, len(cur)+len(changes))
+	for _, r := range cur {
+		byID[r.ID] = r
+	}
+	for i, c := range changes {
+		if c.Op == storage.RuleOpDelete {
+			delete(byID, c.Rule.ID)
+			continue
+		}
+		if saved != nil {
+			byID[c.Rule.ID] = saved[i]
+		} else {
+			byID[c.Rule.ID] = c.Rule
+		}
+	}
+	out := make([]rules.Rule, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b rules.Rule) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+func find(cur []rules.Rule, id string) (rules.Rule, bool) {
+	for _, r := range cur {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return rules.Rule{}, false
+}
+
+func notFound(id string) error {
+	return fmt.Errorf("rule %q: %w", id, storage.ErrNotFound)
+}
+
+// Create adds a new rule; ErrConflict when the id exists.
+func (s *Service) Create(ctx context.Context, r rules.Rule, operator string) (rules.Rule, error) {
+	if err := validate(r); err != nil {
+		return rules.Rule{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	if _, ok := find(cur, r.ID); ok {
+		return rules.Rule{}, fmt.Errorf("rule %q already exists: %w", r.ID, ErrConflict)
+	}
+	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpCreate, Rule: r}}, operator, "")
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	return saved[0], nil
+}
+
+// Update replaces an existing rule. When r.Version is set it must be the current version
+// (ErrConflict otherwise), so an editor working from a stale copy does not overwrite
+// someone else's change. An update that changes nothing returns the rule unchanged.
+func (s *Service) Update(ctx context.Context, r rules.Rule, operator string) (rules.Rule, error) {
+	if err := validate(r); err != nil {
+		return rules.Rule{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	old, ok := find(cur, r.ID)
+	if !ok {
+		return rules.Rule{}, notFound(r.ID)
+	}
+	if r.Version != 0 && r.Version != old.Version {
+		return rules.Rule{}, fmt.Errorf("rule %q was changed meanwhile (now version %d, edited version %d): %w",
+			r.ID, old.Version, r.Version, ErrConflict)
+	}
+	if sameContent(old, r) {
+		return old, nil
+	}
+	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpUpdate, Rule: r}}, operator, "")
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	return saved[0], nil
+}
+
+// Upsert creates or updates r; saving identical content is a no-op. It is the entry for
+// rules made elsewhere in Vigil, such as the rules a hold approval remembers.
+func (s *Service) Upsert(ctx context.Context, r rules.Rule, operator string) error {
+	if err := validate(r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return err
+	}
+	op := storage.RuleOpCreate
+	if old, ok := find(cur, r.ID); ok {
+		if sameContent(old, r) {
+			return nil
+		}
+		op = storage.RuleOpUpdate
+	}
+	_, err = s.commit(ctx, cur, []storage.RuleChange{{Op: op, Rule: r}}, operator, "")
+	return err
+}
+
+// Delete removes a rule; its versions stay and it can be restored.
+func (s *Service) Delete(ctx context.Context, id, operator string) (rules.Rule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	if _, ok := find(cur, id); !ok {
+		return rules.Rule{}, notFound(id)
+	}
+	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: id}}}, operator, "")
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	return saved[0], nil
+}
+
+// SetEnabled enables or disables a rule. Setting the state it already has changes nothing.
+func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, operator string) (rules.Rule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	r, ok := find(cur, id)
+	if !ok {
+		return rules.Rule{}, notFound(id)
+	}
+	if r.Enabled == enabled {
+		return r, nil
+	}
+	r.Enabled = enabled
+	op := storage.RuleOpDisable
+	if enabled {
+		op = storage.RuleOpEnable
+	}
+	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: op, Rule: r}}, operator, "")
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	return saved[0], nil
+}
+
+// Restore saves version n of a rule as its newest version; this also brings back a
+// deleted rule.
+func (s *Service) Restore(ctx context.Context, id string, version int, operator string) (rules.Rule, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.store.RuleVersion(ctx, id, version)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpRestore, Rule: v.Rule}}, operator, "")
+	if err != nil {
+		return rules.Rule{}, err
+	}
+	return saved[0], nil
+}
+
+// Import modes.
+const (
+	ModeMerge   = "merge"
+	ModeReplace = "replace"
+)
+
+// ImportFile loads a rules file (YAML or JSON) into the stored set, as at start with
+// `vigil serve --rules FILE`. merge upserts the file's rules by id; replace also deletes
+// stored rules the file does not name. Only rules that differ get a new version; the
+// whole import is one transaction and one "reload" event. It returns how many rules were
+// created, changed or deleted. Errors carry file positions.
+func (s *Service) ImportFile(ctx context.Context, path, mode, operator string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("rulesapi: read rules file: %w", err)
+	}
+	f, err := rules.ParseFile(path, data)
+	if err != nil {
+		return 0, err
+	}
+	n, _, err := s.importRules(ctx, f, mode, operator)
+	return n, err
+}
+
+// Reload imports Options.RulesFile again (merge), e.g. on SIGHUP or POST /api/rules/reload.
+func (s *Service) Reload(ctx context.Context, operator string) (int, error) {
+	if s.opts.RulesFile == "" {
+		return 0, fmt.Errorf("no rules file is configured (start with --rules FILE): %w", ErrBadRequest)
+	}
+	return s.ImportFile(ctx, s.opts.RulesFile, ModeMerge, operator)
+}
+
+func (s *Service) importRules(ctx context.Context, f *rules.File, mode, operator string) (int, []rules.Rule, error) {
+	if mode == "" {
+		mode = ModeReplace
+	}
+	if mode != ModeMerge && mode != ModeReplace {
+		return 0, nil, fmt.Errorf("import mode %q is not merge or replace: %w", mode, ErrBadRequest)
+	}
+	// Compile the file on its own first, for diagnostics located in the file.
+	if _, err := rules.CompileFile(f, s.draftOptions()); err != nil {
+		return 0, nil, asInvalid(err)
+	}
+	for i, r := range f.Rules {
+		if slices.Contains(reservedIDs, r.ID) {
+			return 0, nil, &InvalidRulesError{Diagnostics: []rules.Diagnostic{f.Locate(rules.Diagnostic{
+				RuleID: r.ID, Index: i, Field: "id", Message: fmt.Sprintf("id %q is reserved by the rules API", r.ID)})}}
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	inFile := make(map[string]bool, len(f.Rules))
+	var changes []storage.RuleChange
+	for _, r := range f.Rules {
+		inFile[r.ID] = true
+		if old, ok := find(cur, r.ID); ok && sameContent(old, r) {
+			continue
+		}
+		changes = append(changes, storage.RuleChange{Op: storage.RuleOpImport, Rule: r})
+	}
+	if mode == ModeReplace {
+		for _, r := range cur {
+			if !inFile[r.ID] {
+				changes = append(changes, storage.RuleChange{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: r.ID}})
+			}
+		}
+	}
+	if len(changes) == 0 {
+		return 0, nil, nil
+	}
+	saved, err := s.commit(ctx, cur, changes, operator, storage.RuleOpReload)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("rules imported", "file", f.Name(), "mode", mode, "changed", len(changes), "operator", operator)
+	return len(changes), saved, nil
+}
+
+// RuleView is a rule as the API lists it: with its counters and whether it has expired.
+type RuleView struct {
+	rules.Rule
+	// Expired rules stay listed but are no longer evaluated.
+	Expired bool            `json:"expired"`
+	Stats   rules.RuleStats `json:"stats"`
+}
+
+// List returns the stored rules with their counters, ordered by id.
+func (s *Service) List(ctx context.Context) ([]RuleView, error) {
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stats := s.engine.Stats()
+	now := s.now()
+	out := make([]RuleView, len(cur))
+	for i, r := range cur {
+		out[i] = RuleView{Rule: r, Expired: r.Expired(now), Stats: stats[r.ID]}
+	}
+	return out, nil
+}
+
+// Get returns one rule with its counters.
+func (s *Service) Get(ctx context.Context, id string) (RuleView, error) {
+	r, err := s.store.GetRule(ctx, id)
+	if err != nil {
+		return RuleView{}, err
+	}
+	return s.view(r), nil
+}
+
+func (s *Service) view(r rules.Rule) RuleView {
+	return RuleView{Rule: r, Expired: r.Expired(s.now()), Stats: s.engine.Stats()[r.ID]}
+}
+
+// Export writes the stored rules as a rules file ("yaml" or "json").
+func (s *Service) Export(ctx context.Context, format string) ([]byte, error) {
+	cur, err := s.store.ListRules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return rules.MarshalFile(&rules.File{Rules: cur}, format)
+}
