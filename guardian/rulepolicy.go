@@ -45,7 +45,7 @@ func FromRulesVerdict(step *aos.Step, rv rules.Verdict, log *slog.Logger) Verdic
 	}
 	switch rv.Action {
 	case rules.ActionModify:
-		params, err := ModifyParams(step, rv.Modify)
+		params, err := modifiedParams(step, rv.Modify)
 		if err != nil {
 			if log != nil {
 				log.Error("apply modification", "rule", rv.RuleID, "err", err)
@@ -85,89 +85,6 @@ func Matches(ms []rules.Match) []storage.RuleMatch {
 	return out
 }
 
-// ModifyParams applies a modification to a step's params: redactions to the step's own
-// content (everything but its context, which describes the agent rather than the step),
-// and `set` values to the tool inputs (AOS tool calls, MCP tools/call arguments).
-func ModifyParams(step *aos.Step, m *rules.Modification) (json.RawMessage, error) {
-	if m == nil {
-		return nil, nil
-	}
-	var params map[string]any
-	if len(step.Params) > 0 {
-		if err := json.Unmarshal(step.Params, &params); err != nil {
-			return nil, fmt.Errorf("decode params: %w", err)
-		}
-	}
-	if params == nil {
-		params = map[string]any{}
-	}
-	ctx, hasCtx := params["context"]
-	delete(params, "context")
-	redacted, _ := m.Apply(params, nil)
-	out, ok := redacted.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("redaction returned %T", redacted)
-	}
-	if hasCtx {
-		out["context"] = ctx
-	}
-	var setErr error
-	m.Apply(nil, func(name string, value any) {
-		if err := setInput(step, out, name, value); err != nil && setErr == nil {
-			setErr = err
-		}
-	})
-	if setErr != nil {
-		return nil, setErr
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encode params: %w", err)
-	}
-	return b, nil
-}
-
-// setInput places one input value where the step's protocol keeps its inputs.
-func setInput(step *aos.Step, params map[string]any, name string, value any) error {
-	switch step.Kind {
-	case aos.KindToolCall:
-		tcr, _ := params["toolCallRequest"].(map[string]any)
-		if tcr == nil {
-			return fmt.Errorf("set %s: the step has no toolCallRequest", name)
-		}
-		inputs, _ := tcr["inputs"].([]any)
-		for _, in := range inputs {
-			if m, ok := in.(map[string]any); ok && m["name"] == name {
-				m["value"] = value
-				return nil
-			}
-		}
-		tcr["inputs"] = append(inputs, map[string]any{"name": name, "value": value})
-		return nil
-	case aos.KindMCP:
-		msg := params
-		if _, inline := params["jsonrpc"]; !inline {
-			msg, _ = params["message"].(map[string]any)
-		}
-		if msg == nil {
-			return fmt.Errorf("set %s: the step has no MCP message", name)
-		}
-		p, _ := msg["params"].(map[string]any)
-		if p == nil {
-			p = map[string]any{}
-			msg["params"] = p
-		}
-		args, _ := p["arguments"].(map[string]any)
-		if args == nil {
-			args = map[string]any{}
-			p["arguments"] = args
-		}
-		args[name] = value
-		return nil
-	}
-	return fmt.Errorf("set %s: a %s step has no inputs", name, step.Kind)
-}
-
 // EnvForStored rebuilds the rule environment of a stored step, for backtests and tests by
 // seq; history is the session's earlier stored steps, oldest first.
 func EnvForStored(_ context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error) {
@@ -193,9 +110,21 @@ func DraftModifiedRequest(method string, params json.RawMessage, v rules.Verdict
 	if perr != nil {
 		return nil, perr
 	}
-	mp, err := ModifyParams(step, v.Modify)
-	if err != nil || mp == nil {
-		return nil, err
+	return ruleenv.ModifiedRequest(step, v.Modify)
+}
+
+// modifiedParams applies a modification to the step and returns the new params.
+func modifiedParams(step *aos.Step, m *rules.Modification) (json.RawMessage, error) {
+	if m == nil {
+		return nil, nil
 	}
-	return aos.NewModifiedRequest(step, mp)
+	mr, err := ruleenv.ModifiedRequest(step, m)
+	if err != nil {
+		return nil, fmt.Errorf("modify: %w", err)
+	}
+	var req aos.Request
+	if err := json.Unmarshal(mr, &req); err != nil {
+		return nil, fmt.Errorf("modify: decode modified request: %w", err)
+	}
+	return req.Params, nil
 }

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package rules
+
+import "testing"
+
+func cpuPerOp(b *testing.B, f func()) {
+	for b.Loop() {
+		f()
+	}
+}

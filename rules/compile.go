@@ -1,0 +1,567 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Size limits: a rule is data an operator types into a form, and must not be able to make
+// the guardian compile or render something huge.
+const (
+	MaxExprLen    = 8 << 10 // bytes of a `when` or `set` expression
+	MaxMessageLen = 2 << 10 // bytes of a message template
+	MaxNodes      = 2000    // AST nodes per expression (expr.MaxNodes)
+	MaxIDLen      = 128
+	// maxRendered caps an interpolated message (inputs can be large).
+	maxRendered = 4 << 10
+)
+
+// Options configure compilation and evaluation. The zero value is usable: defaults apply.
+type Options struct {
+	// DefaultDecision applies when no enforced rule matches (allow).
+	DefaultDecision Action
+	// OnErrorEnforce decides for an enforced rule that fails at run time (deny: fail closed).
+	OnErrorEnforce Action
+	// OnErrorMonitor decides for a monitor rule that fails at run time (allow: fail open).
+	OnErrorMonitor Action
+	// Now is the clock for Env.Now when the Env carries none (time.Now).
+	Now func() time.Time
+	// MaxHistory caps the session steps helpers see, keeping the newest (1000). The
+	// guardian can use it as the number of earlier steps to load.
+	MaxHistory int
+	// Logger receives rule run-time errors (first one per rule, then every 1000th); nil
+	// logs nothing.
+	Logger *slog.Logger
+}
+
+// DefaultMaxHistory is Options.MaxHistory when unset.
+const DefaultMaxHistory = 1000
+
+func (o Options) withDefaults() Options {
+	if !o.DefaultDecision.Valid() {
+		o.DefaultDecision = ActionAllow
+	}
+	// A run-time error cannot say how to modify a request, so the error policies are
+	// restricted to allow, deny and hold.
+	if !o.OnErrorEnforce.Valid() || o.OnErrorEnforce == ActionModify {
+		o.OnErrorEnforce = ActionDeny
+	}
+	if !o.OnErrorMonitor.Valid() || o.OnErrorMonitor == ActionModify {
+		o.OnErrorMonitor = ActionAllow
+	}
+	if o.DefaultDecision == ActionModify {
+		o.DefaultDecision = ActionAllow
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxHistory <= 0 {
+		o.MaxHistory = DefaultMaxHistory
+	}
+	return o
+}
+
+// Diagnostic is one problem found compiling a rule. Line and Column (1-based) are
+// positions inside the field's text: the expression for "when" and "modify.set.NAME", the
+// template for "message". FileLine and FileColumn locate it in the rules file, when the rule
+// came from one.
+type Diagnostic struct {
+	RuleID string `json:"ruleId,omitempty"`
+	// Index is the rule's position in the list that was compiled.
+	Index      int    `json:"-"`
+	Field      string `json:"field"`
+	Line       int    `json:"line,omitempty"`
+	Column     int    `json:"column,omitempty"`
+	Message    string `json:"message"`
+	Snippet    string `json:"snippet,omitempty"`
+	File       string `json:"file,omitempty"`
+	FileLine   int    `json:"fileLine,omitempty"`
+	FileColumn int    `json:"fileColumn,omitempty"`
+}
+
+// String formats the diagnostic as "file:line:col: rule ID: field: message (line:col)".
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	if d.File != "" {
+		b.WriteString(d.File)
+		if d.FileLine > 0 {
+			fmt.Fprintf(&b, ":%d:%d", d.FileLine, d.FileColumn)
+		}
+		b.WriteString(": ")
+	}
+	if d.RuleID != "" {
+		fmt.Fprintf(&b, "rule %s: ", d.RuleID)
+	} else if d.File != "" || d.Index > 0 {
+		fmt.Fprintf(&b, "rule #%d: ", d.Index+1)
+	}
+	if d.Field != "" {
+		b.WriteString(d.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(d.Message)
+	if d.Line > 0 {
+		fmt.Fprintf(&b, " (%d:%d)", d.Line, d.Column)
+	}
+	return b.String()
+}
+
+// CompileErrors is the error Load, Compile and CompileFile return when a rule does not
+// compile; use errors.As to get the diagnostics.
+type CompileErrors []Diagnostic
+
+func (c CompileErrors) Error() string {
+	if len(c) == 0 {
+		return "rules: no errors"
+	}
+	var b strings.Builder
+	for i, d := range c {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(c)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(d.String())
+	}
+	return b.String()
+}
+
+// Program is a compiled, immutable rule set. Evaluate is safe for concurrent use.
+type Program struct {
+	rules  []*compiledRule
+	active []*compiledRule
+	opts   Options
+	cache  *regexCache
+	pool   sync.Pool // *evalState
+	// evaluations counts Evaluate calls, to pick the timed ones.
+	evaluations atomic.Int64
+}
+
+type compiledRule struct {
+	Rule
+	mode   Mode
+	code   string
+	when   *vm.Program
+	guards []guard
+	msg    *template
+	set    []setExpr
+	redact []redactor
+	hold   HoldSpec
+	stats  *ruleStats
+	// params is true when an expression of the rule reads Env.Params.
+	params bool
+}
+
+type setExpr struct {
+	name string
+	prog *vm.Program
+}
+
+var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+// Validate compiles one draft rule and returns its problems; nil means it compiles.
+func Validate(r Rule) []Diagnostic {
+	_, diags := compileRule(r, helperOptions(&regexCache{}))
+	return diags
+}
+
+// ValidateExpr compiles a bare condition, for editors that check `when` as it is typed.
+func ValidateExpr(when string) []Diagnostic {
+	_, diags := compileExpr(when, "when", true, helperOptions(&regexCache{}))
+	return diags
+}
+
+// Compile compiles rules into a Program without touching any Engine: for tests, drafts and
+// backtests. Every rule is checked, including disabled ones; any problem fails the whole
+// set with CompileErrors.
+func Compile(rules []Rule, opts Options) (*Program, error) {
+	return compile(rules, opts, nil)
+}
+
+func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, error) {
+	p := &Program{opts: opts.withDefaults(), cache: &regexCache{}}
+	hopts := helperOptions(p.cache)
+	var diags CompileErrors
+	seen := make(map[string]int, len(rules))
+	for i, r := range rules {
+		cr, ds := compileRule(r, hopts)
+		for k := range ds {
+			ds[k].Index = i
+		}
+		diags = append(diags, ds...)
+		if first, dup := seen[r.ID]; dup && r.ID != "" {
+			diags = append(diags, Diagnostic{RuleID: r.ID, Index: i, Field: "id",
+				Message: fmt.Sprintf("duplicate rule id (also rule #%d)", first+1)})
+		}
+		seen[r.ID] = i
+		if cr == nil {
+			continue
+		}
+		if s := prev[r.ID]; s != nil {
+			cr.stats = s
+		} else {
+			cr.stats = &ruleStats{}
+		}
+		p.rules = append(p.rules, cr)
+		if cr.Enabled && cr.mode != ModeOff {
+			p.active = append(p.active, cr)
+		}
+	}
+	if len(diags) > 0 {
+		return nil, diags
+	}
+	p.pool.New = func() any { return &evalState{memo: make(map[memoKey]memoEntry, 8)} }
+	return p, nil
+}
+
+// Rules returns copies of the program's rules in their original order.
+func (p *Program) Rules() []Rule {
+	out := make([]Rule, len(p.rules))
+	for i, r := range p.rules {
+		out[i] = r.Rule
+	}
+	return out
+}
+
+// UsesParams reports whether an evaluated rule reads Env.Params. Decoding a step's params
+// into a map costs more than many rules, so an Env builder may skip it when this is false
+// (and must then evaluate with this same Program).
+func (p *Program) UsesParams() bool {
+	for _, r := range p.active {
+		if r.params {
+			return true
+		}
+	}
+	return false
+}
+
+// Options returns the options the program evaluates with, defaults filled in.
+func (p *Program) Options() Options { return p.opts }
+
+// Stats returns the per-rule counters of the program's rules.
+func (p *Program) Stats() map[string]RuleStats {
+	out := make(map[string]RuleStats, len(p.rules))
+	for _, r := range p.rules {
+		out[r.ID] = r.stats.snapshot()
+	}
+	return out
+}
+
+func compileRule(r Rule, hopts []expr.Option) (*compiledRule, []Diagnostic) {
+	var diags []Diagnostic
+	bad := func(field, format string, args ...any) {
+		diags = append(diags, Diagnostic{RuleID: r.ID, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case r.ID == "":
+		bad("id", "id is required")
+	case len(r.ID) > MaxIDLen:
+		bad("id", "id is longer than %d bytes", MaxIDLen)
+	case !idRe.MatchString(r.ID):
+		bad("id", "id %q may contain only letters, digits, '.', '_', ':' and '-', and must start with a letter or digit", r.ID)
+	}
+	if !r.Action.Valid() {
+		bad("action", "action %q is not one of allow, deny, modify, hold", r.Action)
+	}
+	if !r.Mode.Valid() {
+		bad("mode", "mode %q is not one of enforce, monitor, off", r.Mode)
+	}
+	if len(r.ReasonCode) > MaxIDLen {
+		bad("reasonCode", "reasonCode is longer than %d bytes", MaxIDLen)
+	}
+	cr := &compiledRule{Rule: r, mode: r.Mode.normalized(), code: r.ReasonCode}
+	if cr.code == "" {
+		cr.code = r.ID
+	}
+
+	var ds []Diagnostic
+	cr.when, ds = compileExpr(r.When, "when", true, hopts)
+	diags = append(diags, ds...)
+	if cr.when != nil {
+		cr.guards = guardsOf(r.When)
+		cr.params = usesParams(r.When)
+	}
+
+	cr.msg, ds = compileTemplate(r.Message, hopts)
+	diags = append(diags, ds...)
+	if cr.msg != nil {
+		for _, p := range cr.msg.parts {
+			cr.params = cr.params || p.prog != nil && usesParams(p.src)
+		}
+	}
+
+	cr.hold = HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny}
+	if h := r.Hold; h != nil {
+		if h.Timeout > 0 {
+			cr.hold.Timeout = h.Timeout
+		}
+		switch h.OnTimeout {
+		case "":
+		case ActionAllow, ActionDeny:
+			cr.hold.OnTimeout = h.OnTimeout
+		default:
+			bad("hold.onTimeout", "onTimeout %q must be allow or deny", h.OnTimeout)
+		}
+		if time.Duration(h.Timeout) > 24*time.Hour {
+			bad("hold.timeout", "timeout %s is longer than 24h", h.Timeout)
+		}
+	}
+
+	if m := r.Modify; m != nil {
+		for i, spec := range m.Redact {
+			rd, err := newRedactor(spec)
+			if err != nil {
+				bad(fmt.Sprintf("modify.redact[%d]", i), "%v", err)
+				continue
+			}
+			cr.redact = append(cr.redact, rd)
+		}
+		names := make([]string, 0, len(m.Set))
+		for name := range m.Set {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			field := "modify.set." + name
+			if strings.TrimSpace(name) == "" {
+				bad(field, "input name is empty")
+				continue
+			}
+			prog, ds := compileExpr(m.Set[name], field, false, hopts)
+			diags = append(diags, ds...)
+			cr.params = cr.params || usesParams(m.Set[name])
+			cr.set = append(cr.set, setExpr{name, prog})
+		}
+	}
+	if r.Action == ActionModify && (r.Modify == nil || len(r.Modify.Redact) == 0 && len(r.Modify.Set) == 0) {
+		bad("modify", "a modify rule needs modify.redact or modify.set")
+	}
+	for i := range diags {
+		diags[i].RuleID = r.ID
+	}
+	if len(diags) > 0 {
+		return nil, diags
+	}
+	return cr, nil
+}
+
+// compileExpr compiles one expression; asBool for conditions. It never panics: expr is
+// third-party code fed operator input, so a panic is turned into a diagnostic.
+func compileExpr(src, field string, asBool bool, hopts []expr.Option) (prog *vm.Program, diags []Diagnostic) {
+	if strings.TrimSpace(src) == "" {
+		return nil, []Diagnostic{{Field: field, Message: "expression is empty"}}
+	}
+	if len(src) > MaxExprLen {
+		return nil, []Diagnostic{{Field: field, Message: fmt.Sprintf("expression is longer than %d bytes", MaxExprLen)}}
+	}
+	if !utf8.ValidString(src) {
+		return nil, []Diagnostic{{Field: field, Message: "expression is not valid UTF-8"}}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			prog = nil
+			diags = []Diagnostic{{Field: field, Message: fmt.Sprintf("expression cannot be compiled: %v", v)}}
+		}
+	}()
+	patcher := &envPatcher{}
+	opts := make([]expr.Option, 0, len(hopts)+4)
+	opts = append(opts, expr.Env(Env{}))
+	opts = append(opts, hopts...)
+	opts = append(opts, expr.Patch(patcher), expr.MaxNodes(MaxNodes))
+	if asBool {
+		opts = append(opts, expr.AsBool())
+	}
+	prog, err := expr.Compile(src, opts...)
+	if err != nil {
+		return nil, []Diagnostic{exprDiagnostic(field, err)}
+	}
+	if len(patcher.errs) > 0 {
+		pe := patcher.errs[0]
+		line, col := runePosition(src, pe.loc)
+		return nil, []Diagnostic{{Field: field, Line: line, Column: col, Message: pe.err.Error()}}
+	}
+	return prog, nil
+}
+
+// runePosition converts a rune offset in s to a 1-based line and column.
+func runePosition(s string, runeOff int) (line, col int) {
+	line, col = 1, 1
+	n := 0
+	for _, r := range s {
+		if n == runeOff {
+			break
+		}
+		n++
+		if r == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// exprDiagnostic turns an expr error into a Diagnostic with a 1-based line and column.
+func exprDiagnostic(field string, err error) Diagnostic {
+	d := Diagnostic{Field: field, Message: err.Error()}
+	var fe *file.Error
+	if errors.As(err, &fe) {
+		d.Message = fe.Message
+		if fe.Line > 0 {
+			d.Line = fe.Line
+			d.Column = fe.Column + 1
+			d.Snippet = strings.TrimPrefix(fe.Snippet, "\n")
+		}
+	}
+	return d
+}
+
+// template is a message with {{expr}} placeholders, compiled once.
+type template struct {
+	parts []templatePart
+}
+
+type templatePart struct {
+	text string
+	src  string      // the placeholder's expression
+	prog *vm.Program // nil for literal text
+}
+
+func compileTemplate(msg string, hopts []expr.Option) (*template, []Diagnostic) {
+	if len(msg) > MaxMessageLen {
+		return nil, []Diagnostic{{Field: "message", Message: fmt.Sprintf("message is longer than %d bytes", MaxMessageLen)}}
+	}
+	t := &template{}
+	var diags []Diagnostic
+	rest, offset := msg, 0
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			if rest != "" {
+				t.parts = append(t.parts, templatePart{text: rest})
+			}
+			break
+		}
+		if i > 0 {
+			t.parts = append(t.parts, templatePart{text: rest[:i]})
+		}
+		j := strings.Index(rest[i+2:], "}}")
+		if j < 0 {
+			line, col := position(msg, offset+i)
+			diags = append(diags, Diagnostic{Field: "message", Line: line, Column: col, Message: "unclosed {{ in message"})
+			break
+		}
+		src := rest[i+2 : i+2+j]
+		prog, ds := compileExpr(src, "message", false, hopts)
+		for _, d := range ds {
+			// Move the position from inside the placeholder to inside the message.
+			start := offset + i + 2
+			if d.Line > 0 {
+				start += byteOffset(src, d.Line, d.Column)
+			}
+			d.Line, d.Column = position(msg, start)
+			d.Snippet = ""
+			diags = append(diags, d)
+		}
+		t.parts = append(t.parts, templatePart{src: src, prog: prog})
+		offset += i + 2 + j + 2
+		rest = rest[i+2+j+2:]
+	}
+	return t, diags
+}
+
+// position converts a byte offset in s to a 1-based line and rune column.
+func position(s string, off int) (line, col int) {
+	if off > len(s) {
+		off = len(s)
+	}
+	line, col = 1, 1
+	for _, r := range s[:off] {
+		if r == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// byteOffset converts a 1-based line and rune column in s to a byte offset.
+func byteOffset(s string, line, col int) int {
+	l, c := 1, 1
+	for i, r := range s {
+		if l == line && c == col {
+			return i
+		}
+		if r == '\n' {
+			l++
+			c = 1
+		} else {
+			c++
+		}
+	}
+	return len(s)
+}
+
+// render interpolates the template; a placeholder that fails renders as "?" (the message
+// is information, the decision does not depend on it).
+func (t *template) render(m *vm.VM, env *Env) string {
+	if t == nil || len(t.parts) == 0 {
+		return ""
+	}
+	if len(t.parts) == 1 && t.parts[0].prog == nil {
+		return t.parts[0].text
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.prog == nil {
+			b.WriteString(p.text)
+		} else if v, err := m.Run(p.prog, env); err != nil {
+			b.WriteString("?")
+		} else {
+			b.WriteString(display(v))
+		}
+		if b.Len() > maxRendered {
+			break
+		}
+	}
+	s := b.String()
+	if len(s) > maxRendered {
+		cut := maxRendered
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// display formats a value for a message: lists are joined with ", ".
+func display(v any) string {
+	switch x := v.(type) {
+	case []string:
+		return strings.Join(x, ", ")
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = toText(e)
+		}
+		return strings.Join(parts, ", ")
+	}
+	return toText(v)
+}

@@ -1,0 +1,146 @@
+package rules
+
+import (
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/parser"
+)
+
+// guard is a test on a string field of the Env that a condition's leading conjuncts make
+// necessary: for `tool == "send_email" && …` the VM need not run when the tool differs.
+// Most rules start this way, so checking the guard in Go skips most of a policy per step.
+// Only leading conjuncts that cannot fail are used, so skipping never hides a run-time
+// error the condition would have raised (&& evaluates left to right and stops at false).
+type guard struct {
+	field  func(*Env) string
+	values []string
+	negate bool
+}
+
+func (g guard) pass(e *Env) bool {
+	v := g.field(e)
+	for _, want := range g.values {
+		if v == want {
+			return !g.negate
+		}
+	}
+	return g.negate
+}
+
+// guardFields are the Env strings a guard may test, by expr name.
+var guardFields = map[string]func(*Env) string{
+	"method":     func(e *Env) string { return e.Method },
+	"kind":       func(e *Env) string { return e.Kind },
+	"tool":       func(e *Env) string { return e.Tool },
+	"role":       func(e *Env) string { return e.Role },
+	"agent.id":   func(e *Env) string { return e.Agent.ID },
+	"agent.name": func(e *Env) string { return e.Agent.Name },
+	"user.id":    func(e *Env) string { return e.User.ID },
+	"mcp.method": func(e *Env) string { return e.MCP.Method },
+	"mcp.tool":   func(e *Env) string { return e.MCP.Tool },
+	"a2a.method": func(e *Env) string { return e.A2A.Method },
+}
+
+// guardsOf returns the guards of a condition's leading conjuncts.
+func guardsOf(src string) []guard {
+	tree, err := parser.Parse(src)
+	if err != nil {
+		return nil
+	}
+	var out []guard
+	for _, c := range conjuncts(tree.Node) {
+		g, ok := guardOf(c)
+		if !ok {
+			break
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// conjuncts flattens a && b && c into [a b c], left to right.
+func conjuncts(n ast.Node) []ast.Node {
+	if b, ok := n.(*ast.BinaryNode); ok && (b.Operator == "&&" || b.Operator == "and") {
+		return append(conjuncts(b.Left), conjuncts(b.Right)...)
+	}
+	return []ast.Node{n}
+}
+
+func guardOf(n ast.Node) (guard, bool) {
+	b, ok := n.(*ast.BinaryNode)
+	if !ok {
+		return guard{}, false
+	}
+	switch b.Operator {
+	case "==", "!=":
+		f, s := b.Left, b.Right
+		if _, isStr := f.(*ast.StringNode); isStr {
+			f, s = s, f
+		}
+		field, ok := fieldOf(f)
+		str, isStr := s.(*ast.StringNode)
+		if !ok || !isStr {
+			return guard{}, false
+		}
+		return guard{field: field, values: []string{str.Value}, negate: b.Operator == "!="}, true
+	case "in":
+		field, ok := fieldOf(b.Left)
+		arr, isArr := b.Right.(*ast.ArrayNode)
+		if !ok || !isArr {
+			return guard{}, false
+		}
+		g := guard{field: field}
+		for _, e := range arr.Nodes {
+			s, ok := e.(*ast.StringNode)
+			if !ok {
+				return guard{}, false
+			}
+			g.values = append(g.values, s.Value)
+		}
+		return g, true
+	}
+	return guard{}, false
+}
+
+// fieldOf recognises `tool`, `agent.id` and the like.
+func fieldOf(n ast.Node) (func(*Env) string, bool) {
+	var name string
+	switch x := n.(type) {
+	case *ast.IdentifierNode:
+		name = x.Value
+	case *ast.MemberNode:
+		id, ok := x.Node.(*ast.IdentifierNode)
+		prop, isStr := x.Property.(*ast.StringNode)
+		if !ok || !isStr || x.Method {
+			return nil, false
+		}
+		name = id.Value + "." + prop.Value
+	default:
+		return nil, false
+	}
+	f, ok := guardFields[name]
+	return f, ok
+}
+
+// identFinder records whether any of names is used as an identifier.
+type identFinder struct {
+	names map[string]bool
+	found bool
+}
+
+func (f *identFinder) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok && f.names[id.Value] {
+		f.found = true
+	}
+}
+
+// usesParams reports whether an expression may read the Env's params: through the name
+// params or through $env. Unparseable text counts as a use, to stay on the safe side.
+func usesParams(src string) bool {
+	tree, err := parser.Parse(src)
+	if err != nil {
+		return true
+	}
+	f := &identFinder{names: map[string]bool{"params": true, "$env": true}}
+	ast.Walk(&tree.Node, f)
+	return f.found
+}

@@ -1,0 +1,610 @@
+package rules
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
+
+// envHelpers receive the evaluation's *Env as a hidden first argument (inserted by
+// envPatcher), which is how pii(text) is computed once per step however many rules call it.
+var envHelpers = map[string]bool{
+	"pii": true, "piiKinds": true, "emails": true, "secrets": true, "secretKinds": true,
+	"urls": true, "sessionText": true, "countTool": true, "countMethod": true,
+	"countKind": true, "countDecision": true, "countToolWithin": true, "sessionHas": true,
+	"toolStreak": true, "regexMatch": true, "domain": true,
+}
+
+// envPatcher inserts `$env` as the first argument of calls to envHelpers and routes the
+// `matches` operator through the Program's regexp cache, whose literal prefilter skips most
+// regexp runs (and expr would compile a non-constant pattern on every evaluation). It
+// checks constant regexp and glob arguments, so a bad one is a compile error.
+type envPatcher struct {
+	errs []patchError
+}
+
+type patchError struct {
+	loc int // rune offset in the expression
+	err error
+}
+
+func (p *envPatcher) Visit(node *ast.Node) {
+	switch n := (*node).(type) {
+	case *ast.CallNode:
+		id, ok := n.Callee.(*ast.IdentifierNode)
+		if !ok {
+			return
+		}
+		p.checkConstant(id.Value, n)
+		if !envHelpers[id.Value] {
+			return
+		}
+		if len(n.Arguments) > 0 {
+			if a, ok := n.Arguments[0].(*ast.IdentifierNode); ok && a.Value == "$env" {
+				return
+			}
+		}
+		args := append([]ast.Node{&ast.IdentifierNode{Value: "$env"}}, n.Arguments...)
+		ast.Patch(node, &ast.CallNode{Callee: n.Callee, Arguments: args})
+	case *ast.BinaryNode:
+		if n.Operator != "matches" {
+			return
+		}
+		if c, constant := n.Right.(*ast.StringNode); constant {
+			if _, err := regexp.Compile(c.Value); err != nil {
+				return // left to expr, which reports it with its position
+			}
+		}
+		ast.Patch(node, &ast.CallNode{
+			Callee:    &ast.IdentifierNode{Value: "regexMatch"},
+			Arguments: []ast.Node{&ast.IdentifierNode{Value: "$env"}, n.Left, n.Right},
+		})
+	}
+}
+
+// checkConstant validates constant pattern arguments of regexMatch, regexFind and glob.
+func (p *envPatcher) checkConstant(name string, n *ast.CallNode) {
+	args := n.Arguments
+	if len(args) > 0 {
+		if a, ok := args[0].(*ast.IdentifierNode); ok && a.Value == "$env" {
+			args = args[1:]
+		}
+	}
+	var idx int
+	switch name {
+	case "regexMatch", "regexFind":
+		idx = 1
+	case "glob":
+		idx = 0
+	default:
+		return
+	}
+	if idx >= len(args) {
+		return
+	}
+	c, ok := args[idx].(*ast.StringNode)
+	if !ok {
+		return
+	}
+	var err error
+	if name == "glob" {
+		var src string
+		if src, err = globRegexp(c.Value); err == nil {
+			_, err = regexp.Compile(src)
+		}
+	} else {
+		_, err = regexp.Compile(c.Value)
+	}
+	if err != nil {
+		p.errs = append(p.errs, patchError{loc: c.Location().From, err: err})
+	}
+}
+
+// maxCachedRegexps bounds a Program's regexp cache; patterns beyond it compile per call.
+const maxCachedRegexps = 1024
+
+// regexCache holds the regular expressions (and translated globs) a Program's rules use at
+// run time. It belongs to one Program, so a reload starts clean.
+type regexCache struct {
+	m    sync.Map // string -> regexEntry
+	size atomic.Int64
+}
+
+type regexEntry struct {
+	re  *regexp.Regexp
+	err error
+	// pre are literals one of which any match contains; nil when none is known.
+	pre []literal
+}
+
+func (c *regexCache) entry(pattern string) regexEntry {
+	if v, ok := c.m.Load(pattern); ok {
+		return v.(regexEntry)
+	}
+	var e regexEntry
+	e.re, e.err = regexp.Compile(pattern)
+	if e.err != nil {
+		e.err = fmt.Errorf("invalid regular expression %q: %w", pattern, e.err)
+	} else {
+		e.pre = requiredLiterals(pattern)
+	}
+	if c.size.Load() < maxCachedRegexps {
+		if _, loaded := c.m.LoadOrStore(pattern, e); !loaded {
+			c.size.Add(1)
+		}
+	}
+	return e
+}
+
+func (c *regexCache) get(pattern string) (*regexp.Regexp, error) {
+	e := c.entry(pattern)
+	return e.re, e.err
+}
+
+// match runs pattern on s, skipping the regexp when s lacks all of its required literals.
+func (c *regexCache) match(e *Env, pattern, s string) (bool, error) {
+	en := c.entry(pattern)
+	if en.err != nil {
+		return false, en.err
+	}
+	if en.pre != nil && !anyLiteralIn(e, en.pre, s) {
+		return false, nil
+	}
+	return en.re.MatchString(s), nil
+}
+
+func (c *regexCache) glob(pattern, s string) (bool, error) {
+	key := "\x00glob\x00" + pattern
+	if v, ok := c.m.Load(key); ok {
+		e := v.(regexEntry)
+		if e.err != nil {
+			return false, e.err
+		}
+		return e.re.MatchString(s), nil
+	}
+	src, err := globRegexp(pattern)
+	var re *regexp.Regexp
+	if err == nil {
+		re, err = regexp.Compile(src)
+	}
+	if err != nil {
+		err = fmt.Errorf("invalid glob %q: %w", pattern, err)
+	}
+	if c.size.Load() < maxCachedRegexps {
+		if _, loaded := c.m.LoadOrStore(key, regexEntry{re: re, err: err}); !loaded {
+			c.size.Add(1)
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	return re.MatchString(s), nil
+}
+
+// isGlob reports whether a tool/kind argument is a pattern rather than a plain name.
+func isGlob(s string) bool { return strings.ContainsAny(s, "*?[\\") }
+
+// evalState is the per-evaluation scratch space, pooled by the Program.
+type evalState struct {
+	env  Env
+	vm   vm.VM
+	memo map[memoKey]memoEntry
+	sess *sessionIndex
+	// has caches sessionHas answers by selector and text.
+	has []hasEntry
+}
+
+type hasEntry struct {
+	key string
+	v   bool
+}
+
+// memoKey identifies a helper call by the argument's address and length rather than its
+// content: the same `text` is passed many times and hashing it each time would cost more
+// than some helpers. The entry keeps the string, which both confirms a hit and keeps its
+// memory from being reused by another string during the evaluation.
+type memoKey struct {
+	fn string
+	p  *byte
+	n  int
+}
+
+type memoEntry struct {
+	s string
+	v any
+}
+
+func (st *evalState) reset() {
+	st.env = Env{}
+	clear(st.memo)
+	st.sess = nil
+	st.has = st.has[:0]
+}
+
+// envOf returns the evaluation's Env passed as a helper's hidden first argument.
+func envOf(v any) *Env {
+	e, _ := v.(*Env)
+	if e == nil {
+		e = &Env{}
+	}
+	return e
+}
+
+// memo returns fn(s) computed once per evaluation and helper.
+func memo[T any](e *Env, name, s string, fn func(string) T) T {
+	st := e.state
+	if st == nil {
+		return fn(s)
+	}
+	k := memoKey{name, unsafe.StringData(s), len(s)}
+	if m, ok := st.memo[k]; ok && m.s == s {
+		return m.v.(T)
+	}
+	v := fn(s)
+	st.memo[k] = memoEntry{s, v}
+	return v
+}
+
+func piiSpans(e *Env, s string) []span    { return memo(e, "piiSpans", s, findPII) }
+func secretSpans(e *Env, s string) []span { return memo(e, "secretSpans", s, findSecrets) }
+func urlSpans(e *Env, s string) []span    { return memo(e, "urlSpans", s, findURLs) }
+
+// sessionIndex aggregates the history once per evaluation for the counting helpers; each
+// map is built on first use.
+type sessionIndex struct {
+	steps                            []HistoryStep
+	tools, methods, kinds, decisions map[string]int
+	text                             *string
+	lower                            []string
+}
+
+// isToolCall reports whether a history step is a tool invocation (not its result).
+func isToolCall(h *HistoryStep) bool { return h.Tool != "" && h.Kind != "toolResult" }
+
+// sameSteps reports whether s is the evaluation's own session, so its index may be used.
+func sameSteps(e *Env, s Session) bool {
+	a, b := s.Steps, e.Session.Steps
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// counts returns (building once) the map of counts of one HistoryStep field.
+func (ix *sessionIndex) counts(field string) map[string]int {
+	var slot *map[string]int
+	switch field {
+	case "tool":
+		slot = &ix.tools
+	case "method":
+		slot = &ix.methods
+	case "kind":
+		slot = &ix.kinds
+	default:
+		slot = &ix.decisions
+	}
+	if *slot != nil {
+		return *slot
+	}
+	m := map[string]int{}
+	for i := range ix.steps {
+		h := &ix.steps[i]
+		switch field {
+		case "tool":
+			if isToolCall(h) {
+				m[h.Tool]++
+			}
+		case "method":
+			m[h.Method]++
+		case "kind":
+			m[h.Kind]++
+		case "decision":
+			m[h.Decision]++
+		}
+	}
+	*slot = m
+	return m
+}
+
+// sessionOf returns the aggregate index of s, cached when s is the evaluation's session.
+func sessionOf(e *Env, s Session) *sessionIndex {
+	st := e.state
+	if st == nil || !sameSteps(e, s) {
+		return &sessionIndex{steps: s.Steps}
+	}
+	if st.sess == nil {
+		st.sess = &sessionIndex{steps: s.Steps}
+	}
+	return st.sess
+}
+
+// countIn counts name in m; a glob name sums every matching key.
+func countIn(c *regexCache, m map[string]int, name string) (int, error) {
+	if !isGlob(name) {
+		return m[name], nil
+	}
+	n := 0
+	for k, v := range m {
+		ok, err := c.glob(name, k)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			n += v
+		}
+	}
+	return n, nil
+}
+
+func sessionTextOf(e *Env, s Session) string {
+	join := func() string {
+		var b strings.Builder
+		for i, h := range s.Steps {
+			if i > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(h.Text)
+		}
+		return b.String()
+	}
+	if e.state == nil || !sameSteps(e, s) {
+		return join()
+	}
+	ix := sessionOf(e, s)
+	if ix.text == nil {
+		t := join()
+		ix.text = &t
+	}
+	return *ix.text
+}
+
+// lowerText returns the lower-cased text of step i, cached per evaluation.
+func lowerText(e *Env, s Session, i int) string {
+	if e.state == nil || !sameSteps(e, s) {
+		return strings.ToLower(s.Steps[i].Text)
+	}
+	ix := sessionOf(e, s)
+	if ix.lower == nil {
+		ix.lower = make([]string, len(s.Steps))
+		for k := range s.Steps {
+			ix.lower[k] = strings.ToLower(s.Steps[k].Text)
+		}
+	}
+	return ix.lower[i]
+}
+
+// stepMatches reports whether a history step's tool or kind matches the selector ("" and
+// "*" select every step).
+func stepMatches(c *regexCache, h *HistoryStep, sel string) (bool, error) {
+	if sel == "" || sel == "*" {
+		return true, nil
+	}
+	if !isGlob(sel) {
+		return h.Tool == sel || h.Kind == sel, nil
+	}
+	if ok, err := c.glob(sel, h.Tool); err != nil || ok {
+		return ok, err
+	}
+	return c.glob(sel, h.Kind)
+}
+
+// sessionHas reports whether an earlier step selected by sel (a tool or kind, glob, "*")
+// has text containing sub (already lower-cased).
+func sessionHas(c *regexCache, e *Env, s Session, sel, sub string) (bool, error) {
+	all, pattern := sel == "" || sel == "*", isGlob(sel)
+	for i := range s.Steps {
+		h := &s.Steps[i]
+		ok := all || h.Tool == sel || h.Kind == sel
+		if !ok && pattern {
+			var err error
+			if ok, err = stepMatches(c, h, sel); err != nil {
+				return false, err
+			}
+		}
+		if ok && strings.Contains(lowerText(e, s, i), sub) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func toStrings(v any) []string {
+	switch x := v.(type) {
+	case []string:
+		return x
+	case []any:
+		out := make([]string, len(x))
+		for i, e := range x {
+			out[i] = toText(e)
+		}
+		return out
+	case nil:
+		return nil
+	}
+	return []string{toText(v)}
+}
+
+func toDuration(v any) (time.Duration, error) {
+	switch x := v.(type) {
+	case time.Duration:
+		return x, nil
+	case string:
+		return time.ParseDuration(x)
+	case int:
+		return time.Duration(x) * time.Second, nil
+	case float64:
+		return time.Duration(x * float64(time.Second)), nil
+	}
+	return 0, fmt.Errorf("expected a duration, got %T", v)
+}
+
+// helperOptions returns the expr options that define Vigil's helper functions; the regexp
+// cache c belongs to the Program being compiled.
+func helperOptions(c *regexCache) []expr.Option {
+	str := func(v any) string { return toText(v) }
+	spanFn := func(name string, find func(*Env, string) []span, project func(string, []span) []string) expr.Option {
+		return expr.Function(name, func(p ...any) (any, error) {
+			e := envOf(p[0])
+			s := str(p[1])
+			return memo(e, name, s, func(s string) []string { return project(s, find(e, s)) }), nil
+		}, new(func(Env, string) []string))
+	}
+	kindsOf := func(order []string) func(string, []span) []string {
+		return func(_ string, sp []span) []string { return spanKinds(sp, order) }
+	}
+	onlyKind := func(kind string) func(string, []span) []string {
+		return func(s string, sp []span) []string {
+			out := []string{}
+			for _, x := range sp {
+				if x.kind == kind {
+					out = append(out, s[x.start:x.end])
+				}
+			}
+			return out
+		}
+	}
+	session := func(v any) Session { s, _ := v.(Session); return s }
+	counter := func(name, field string) expr.Option {
+		return expr.Function(name, func(p ...any) (any, error) {
+			e := envOf(p[0])
+			return countIn(c, sessionOf(e, session(p[1])).counts(field), str(p[2]))
+		}, new(func(Env, Session, string) int))
+	}
+
+	return []expr.Option{
+		spanFn("pii", piiSpans, spanStrings),
+		spanFn("piiKinds", piiSpans, kindsOf(piiKindOrder)),
+		spanFn("emails", piiSpans, onlyKind(PIIEmail)),
+		spanFn("secrets", secretSpans, spanStrings),
+		spanFn("secretKinds", secretSpans, kindsOf(secretKindOrder)),
+		spanFn("urls", urlSpans, spanStrings),
+		expr.Function("domain", func(p ...any) (any, error) {
+			return memo(envOf(p[0]), "domain", str(p[1]), domainOf), nil
+		}, new(func(Env, string) string)),
+		expr.Function("glob", func(p ...any) (any, error) {
+			return c.glob(str(p[0]), str(p[1]))
+		}, new(func(string, string) bool)),
+		expr.Function("regexMatch", func(p ...any) (any, error) {
+			return c.match(envOf(p[0]), str(p[2]), str(p[1]))
+		}, new(func(Env, string, string) bool)),
+		expr.Function("regexFind", func(p ...any) (any, error) {
+			re, err := c.get(str(p[1]))
+			if err != nil {
+				return nil, err
+			}
+			out := re.FindAllString(str(p[0]), 100)
+			if out == nil {
+				out = []string{}
+			}
+			return out, nil
+		}, new(func(string, string) []string)),
+		expr.Function("icontains", func(p ...any) (any, error) {
+			return strings.Contains(strings.ToLower(str(p[0])), strings.ToLower(str(p[1]))), nil
+		}, new(func(string, string) bool)),
+		expr.Function("containsAny", func(p ...any) (any, error) {
+			s := strings.ToLower(str(p[0]))
+			for _, sub := range toStrings(p[1]) {
+				if sub != "" && strings.Contains(s, strings.ToLower(sub)) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}, new(func(string, []any) bool), new(func(string, []string) bool)),
+		counter("countTool", "tool"),
+		counter("countMethod", "method"),
+		counter("countKind", "kind"),
+		counter("countDecision", "decision"),
+		expr.Function("countToolWithin", func(p ...any) (any, error) {
+			e := envOf(p[0])
+			s := session(p[1])
+			name := str(p[2])
+			d, err := toDuration(p[3])
+			if err != nil {
+				return 0, err
+			}
+			since := e.Now.Add(-d)
+			n := 0
+			for i := len(s.Steps) - 1; i >= 0; i-- {
+				h := &s.Steps[i]
+				if h.ReceivedAt.Before(since) {
+					break // history is oldest first
+				}
+				if !isToolCall(h) {
+					continue
+				}
+				ok := h.Tool == name
+				if isGlob(name) {
+					if ok, err = c.glob(name, h.Tool); err != nil {
+						return 0, err
+					}
+				}
+				if ok {
+					n++
+				}
+			}
+			return n, nil
+		}, new(func(Env, Session, string, time.Duration) int)),
+		expr.Function("toolStreak", func(p ...any) (any, error) {
+			s := session(p[1])
+			name := str(p[2])
+			n := 0
+			for i := len(s.Steps) - 1; i >= 0; i-- {
+				h := &s.Steps[i]
+				if !isToolCall(h) {
+					continue
+				}
+				ok := h.Tool == name
+				if isGlob(name) {
+					var err error
+					if ok, err = c.glob(name, h.Tool); err != nil {
+						return 0, err
+					}
+				}
+				if !ok {
+					break
+				}
+				n++
+			}
+			return n, nil
+		}, new(func(Env, Session, string) int)),
+		expr.Function("lastTool", func(p ...any) (any, error) {
+			s := session(p[0])
+			for i := len(s.Steps) - 1; i >= 0; i-- {
+				if isToolCall(&s.Steps[i]) {
+					return s.Steps[i].Tool, nil
+				}
+			}
+			return "", nil
+		}, new(func(Session) string)),
+		expr.Function("sessionText", func(p ...any) (any, error) {
+			return sessionTextOf(envOf(p[0]), session(p[1])), nil
+		}, new(func(Env, Session) string)),
+		expr.Function("sessionHas", func(p ...any) (any, error) {
+			e := envOf(p[0])
+			s := session(p[1])
+			sel := str(p[2])
+			sub := strings.ToLower(str(p[3]))
+			if e.state == nil || !sameSteps(e, s) {
+				return sessionHas(c, e, s, sel, sub)
+			}
+			key := sel + "\x00" + sub
+			for _, q := range e.state.has {
+				if q.key == key {
+					return q.v, nil
+				}
+			}
+			v, err := sessionHas(c, e, s, sel, sub)
+			if err == nil {
+				e.state.has = append(e.state.has, hasEntry{key, v})
+			}
+			return v, err
+		}, new(func(Env, Session, string, string) bool)),
+		// The clock is the Env's `now`, so evaluation is repeatable in tests and backtests.
+		expr.DisableBuiltin("now"),
+	}
+}

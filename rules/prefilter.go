@@ -1,0 +1,112 @@
+package rules
+
+import (
+	"regexp/syntax"
+	"strings"
+	"unicode/utf8"
+)
+
+// literal is a string every match of a regexp contains (case-insensitively when fold).
+type literal struct {
+	s    string
+	fold bool
+}
+
+// maxLiterals bounds the alternatives of a prefilter.
+const maxLiterals = 8
+
+// requiredLiterals returns literals one of which every match of pattern contains, or nil
+// when it cannot tell. `(?i)(ignore|disregard) (all )?previous instructions` gives
+// "previous instructions"; `(?i)jailbreak|dan mode` gives both alternatives.
+func requiredLiterals(pattern string) []literal {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	lits := required(re.Simplify())
+	if len(lits) == 0 || minLen(lits) < 2 {
+		return nil
+	}
+	return lits
+}
+
+func required(r *syntax.Regexp) []literal {
+	switch r.Op {
+	case syntax.OpLiteral:
+		fold := r.Flags&syntax.FoldCase != 0
+		s := string(r.Rune)
+		if fold {
+			// Only ASCII folds cheaply and exactly (see anyLiteralIn for K and ſ).
+			for _, c := range r.Rune {
+				if c >= utf8.RuneSelf {
+					return nil
+				}
+			}
+			s = strings.ToLower(s)
+		}
+		return []literal{{s, fold}}
+	case syntax.OpCapture, syntax.OpPlus:
+		return required(r.Sub[0])
+	case syntax.OpRepeat:
+		if r.Min >= 1 {
+			return required(r.Sub[0])
+		}
+	case syntax.OpConcat:
+		var best []literal
+		for _, sub := range r.Sub {
+			if l := required(sub); l != nil && (best == nil || minLen(l) > minLen(best)) {
+				best = l
+			}
+		}
+		return best
+	case syntax.OpAlternate:
+		var all []literal
+		for _, sub := range r.Sub {
+			l := required(sub)
+			if l == nil {
+				return nil
+			}
+			all = append(all, l...)
+		}
+		if len(all) > maxLiterals {
+			return nil
+		}
+		return all
+	}
+	return nil
+}
+
+func minLen(lits []literal) int {
+	m := -1
+	for _, l := range lits {
+		if m < 0 || len(l.s) < m {
+			m = len(l.s)
+		}
+	}
+	return m
+}
+
+// anyLiteralIn reports whether s contains one of lits. Case-insensitive literals are
+// searched in s lower-cased once per evaluation. Only K (Kelvin sign) and ſ (long s) fold
+// onto ASCII letters from outside ASCII, so their presence turns the prefilter off.
+func anyLiteralIn(e *Env, lits []literal, s string) bool {
+	var lower string
+	for _, l := range lits {
+		if !l.fold {
+			if strings.Contains(s, l.s) {
+				return true
+			}
+			continue
+		}
+		if lower == "" {
+			if strings.ContainsRune(s, '\u212a') || strings.ContainsRune(s, '\u017f') {
+				return true
+			}
+			lower = memo(e, "asciiLower", s, asciiLower)
+		}
+		if strings.Contains(lower, l.s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,269 @@
+package rules
+
+import (
+	"math"
+	"regexp"
+	"strings"
+)
+
+// secretPattern is one kind of credential. Matching starts only where one of prefixes
+// occurs (case-insensitively when fold), and the anchored regular expression then runs on
+// a window from there: scanning a whole step's text with a dozen patterns costs too much.
+// group > 0 selects the submatch that is the secret itself (the value of key=value).
+type secretPattern struct {
+	kind     string
+	prefixes []string
+	fold     bool
+	// wordStart requires a non-word character (or the start) before the prefix.
+	wordStart bool
+	re        *regexp.Regexp
+	window    int
+	group     int
+	// minEntropy rejects low-entropy values (placeholders like xxxxxxxx) when > 0.
+	minEntropy float64
+}
+
+// secretPatterns are checked in order; an earlier pattern wins an overlap.
+var secretPatterns = []secretPattern{
+	{kind: "privateKey", prefixes: []string{"-----BEGIN "}, window: 128,
+		re: regexp.MustCompile(`^-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----`)},
+	{kind: "awsAccessKey", prefixes: []string{"AKIA", "ASIA", "ABIA", "ACCA"}, wordStart: true, window: 64,
+		re: regexp.MustCompile(`^(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b`)},
+	{kind: "githubToken", prefixes: []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"}, wordStart: true, window: 300,
+		re: regexp.MustCompile(`^(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,255})\b`)},
+	{kind: "slackToken", prefixes: []string{"xox"}, wordStart: true, window: 300,
+		re: regexp.MustCompile(`^xox[abposr]-[A-Za-z0-9-]{10,250}`)},
+	{kind: "slackWebhook", prefixes: []string{"https://hooks.slack.com/services/"}, window: 300,
+		re: regexp.MustCompile(`^https://hooks\.slack\.com/services/T[A-Za-z0-9]+/B[A-Za-z0-9]+/[A-Za-z0-9]+`)},
+	{kind: "stripeKey", prefixes: []string{"sk_live_", "sk_test_", "rk_live_", "rk_test_", "pk_live_", "pk_test_"}, wordStart: true, window: 300,
+		re: regexp.MustCompile(`^(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,247}\b`)},
+	{kind: "openaiKey", prefixes: []string{"sk-"}, wordStart: true, window: 300,
+		re: regexp.MustCompile(`^sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?[A-Za-z0-9_-]{20,250}`)},
+	{kind: "googleApiKey", prefixes: []string{"AIza"}, wordStart: true, window: 64,
+		re: regexp.MustCompile(`^AIza[0-9A-Za-z_-]{35}\b`)},
+	{kind: "jwt", prefixes: []string{"eyJ"}, wordStart: true},
+	{kind: "genericSecret", prefixes: []string{"api", "access", "secret", "token", "passw", "pwd", "credential", "auth"},
+		fold: true, window: 300, group: 1, minEntropy: 3.0,
+		re: regexp.MustCompile(`(?i)^(?:api[_-]?key|apikey|access[_-]?key|secret|token|passw(?:or)?d|pwd|credentials?|auth)[\w.-]{0,24}["']?\s*[:=]\s*["']?([A-Za-z0-9/+_.=~@#%^&*!?-]{12,200})`)},
+}
+
+// secretKindOrder is the order secretKinds() reports kinds in.
+var secretKindOrder = func() []string {
+	out := make([]string, len(secretPatterns))
+	for i, p := range secretPatterns {
+		out[i] = p.kind
+	}
+	return out
+}()
+
+func isWordChar(c byte) bool { return isAlnum(c) || c == '_' }
+
+// asciiLower lower-cases ASCII letters only, so byte offsets stay those of s.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// findSecrets returns the credential spans of s in order, without overlaps. Every attempt
+// either matches and skips past the match or fails within a bounded window, so hostile
+// text full of prefixes costs time linear in its length.
+func findSecrets(s string) []span {
+	var out []span
+	var lower string
+	var keys keyBlocks
+	for _, p := range secretPatterns {
+		hay := s
+		if p.fold {
+			if lower == "" {
+				lower = asciiLower(s)
+			}
+			hay = lower
+		}
+		var found []span
+		for _, pre := range p.prefixes {
+			for from := 0; from < len(hay); {
+				k := strings.Index(hay[from:], pre)
+				if k < 0 {
+					break
+				}
+				i := from + k
+				from = i + 1
+				if p.wordStart && i > 0 && isWordChar(s[i-1]) {
+					continue
+				}
+				var a, b int
+				switch p.kind {
+				case "jwt":
+					var next int
+					a, b, next = jwtAt(s, i)
+					if b < 0 {
+						from = next
+						continue
+					}
+				case "privateKey":
+					if a, b = keys.at(s, i, p.re); b < 0 {
+						continue
+					}
+				default:
+					m := p.re.FindStringSubmatchIndex(s[i:min(len(s), i+p.window)])
+					if m == nil || m[2*p.group] < 0 {
+						continue
+					}
+					a, b = i+m[2*p.group], i+m[2*p.group+1]
+					from = i + m[1]
+					if p.minEntropy > 0 && !looksRandom(s[a:b], p.minEntropy) {
+						continue
+					}
+				}
+				found = append(found, span{a, b, p.kind})
+				from = max(from, b)
+			}
+		}
+		out = mergeFree(out, found)
+	}
+	return out
+}
+
+func isTokenChar(c byte) bool { return isAlnum(c) || c == '_' || c == '-' }
+
+// tokenRun returns the end of the run of base64url characters starting at i.
+func tokenRun(s string, i int) int {
+	for i < len(s) && isTokenChar(s[i]) {
+		i++
+	}
+	return i
+}
+
+// jwtAt matches a JSON Web Token (three base64url segments, the first two JSON objects,
+// "eyJ…") at s[i:]. On failure b is -1 and next is where to search again: any "eyJ" inside
+// the first segment would end at the same place and fail the same way.
+func jwtAt(s string, i int) (a, b, next int) {
+	j := tokenRun(s, i)
+	if j-i < 8 || j >= len(s) || s[j] != '.' || !strings.HasPrefix(s[j+1:], "eyJ") {
+		return 0, -1, j
+	}
+	k := tokenRun(s, j+1)
+	if k-(j+1) < 8 || k >= len(s) || s[k] != '.' {
+		return 0, -1, j
+	}
+	l := tokenRun(s, k+1)
+	if l-(k+1) < 10 {
+		return 0, -1, j
+	}
+	return i, l, l
+}
+
+// keyBlocks finds PEM private key blocks. The position of the next END line is kept across
+// calls, so many BEGIN lines without an END do not each rescan the rest of the text.
+type keyBlocks struct {
+	nextEnd int // index of the next "-----END " after the last header; -1 none
+	done    bool
+}
+
+func (kb *keyBlocks) at(s string, i int, header *regexp.Regexp) (int, int) {
+	m := header.FindStringIndex(s[i:min(len(s), i+128)])
+	if m == nil {
+		return 0, -1
+	}
+	body := i + m[1]
+	if !kb.done || (kb.nextEnd >= 0 && kb.nextEnd < body) {
+		kb.done = true
+		kb.nextEnd = -1
+		if k := strings.Index(s[body:], "-----END "); k >= 0 {
+			kb.nextEnd = body + k
+		}
+	}
+	if kb.nextEnd >= 0 {
+		if f := privateKeyFooterRe.FindStringIndex(s[kb.nextEnd:min(len(s), kb.nextEnd+128)]); f != nil {
+			return i, kb.nextEnd + f[1]
+		}
+	}
+	// No END line (a truncated paste): the header and the base64 or "Key: value" lines
+	// that follow it, up to the first line of anything else.
+	end, pos := body, body
+	for pos < len(s) {
+		nl := strings.IndexByte(s[pos:], '\n')
+		lineEnd := len(s)
+		if nl >= 0 {
+			lineEnd = pos + nl
+		}
+		line := strings.TrimSpace(s[pos:lineEnd])
+		if line != "" && !isBase64Line(line) && !pemHeaderRe.MatchString(line) {
+			break
+		}
+		if line != "" {
+			end = pos + strings.Index(s[pos:lineEnd], line) + len(line)
+		}
+		if nl < 0 {
+			break
+		}
+		pos = lineEnd + 1
+	}
+	return i, end
+}
+
+var pemHeaderRe = regexp.MustCompile(`^[A-Za-z][A-Za-z-]*: \S`)
+
+func isBase64Line(line string) bool {
+	for i := 0; i < len(line); i++ {
+		if c := line[i]; !isAlnum(c) && c != '+' && c != '/' && c != '=' {
+			return false
+		}
+	}
+	return true
+}
+
+var privateKeyFooterRe = regexp.MustCompile(`^-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----`)
+
+// looksRandom accepts a key=value secret value: letters mixed with digits, or a long value,
+// and not a low-entropy placeholder such as xxxxxxxxxxxx or 123456789012.
+func looksRandom(v string, minEntropy float64) bool {
+	letters, digits := false, false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case isDigit(c):
+			digits = true
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			letters = true
+		}
+	}
+	if !letters {
+		return false
+	}
+	h := shannon(v)
+	if digits {
+		return h >= minEntropy
+	}
+	return len(v) >= 20 && h >= minEntropy+0.5
+}
+
+// shannon is the Shannon entropy of s in bits per byte.
+func shannon(s string) float64 {
+	if s == "" {
+		return 0
+	}
+	var counts [256]int
+	for i := 0; i < len(s); i++ {
+		counts[s[i]]++
+	}
+	n := float64(len(s))
+	h := 0.0
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / n
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
+}
