@@ -192,6 +192,10 @@ func (g *Guardian) storeError(w http.ResponseWriter, err error) {
 		WriteError(w, http.StatusNotFound, "not_found", err.Error())
 		return
 	}
+	if errors.Is(err, storage.ErrInvalidCursor) {
+		WriteError(w, http.StatusBadRequest, "invalid_argument", "before: not a cursor this server issued")
+		return
+	}
 	g.log.Error("api: store", "err", err)
 	WriteError(w, http.StatusInternalServerError, "internal", "internal error")
 }

@@ -174,6 +174,8 @@ func TestSessionRoundTrip(t *testing.T) {
 	require.Contains(t, apiErr.Error.Message, "seq")
 	require.Equal(t, http.StatusBadRequest, e.get("/api/sessions?limit=0", &apiErr))
 	require.Contains(t, apiErr.Error.Message, "limit")
+	require.Equal(t, http.StatusBadRequest, e.get("/api/sessions?before=garbage!", &apiErr))
+	require.Contains(t, apiErr.Error.Message, "before")
 }
 
 func TestRestartKeepsSessions(t *testing.T) {

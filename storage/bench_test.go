@@ -45,7 +45,9 @@ func reportSteps(b *testing.B, db *DB) {
 }
 
 // BenchmarkSaveStepParallel measures stored steps per second with 32 concurrent writers
-// (on 2 cores: the guardian's situation under a burst of agents).
+// (on 2 cores: the guardian's situation under a burst of agents). The steps are spread over
+// 64 sessions, so nearly every step lands on its own page of the per-session index: the
+// costly case.
 func BenchmarkSaveStepParallel(b *testing.B) {
 	db := openTest(b)
 	b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))

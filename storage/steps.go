@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 )
@@ -36,9 +35,23 @@ const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_i
 		last_method = excluded.last_method,
 		decisions   = json_set(decisions, ?9, coalesce(json_extract(decisions, ?9), 0) + 1)`
 
-// decisionPattern is what a decision may look like: it is a key of the sessions' decision
-// tally, addressed by a JSON path, so it must not need quoting.
-var decisionPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+// validDecision reports whether d can be a decision: 1 to 64 letters, digits, '_', '.', ':'
+// or '-'. A decision is a key of the session's decision tally, addressed by a JSON path,
+// so it must not need quoting there.
+func validDecision(d string) bool {
+	if len(d) == 0 || len(d) > 64 {
+		return false
+	}
+	for _, c := range []byte(d) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // stepColumns is the column list every step query scans with scanStep.
 const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
@@ -74,7 +87,7 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 		return errors.New("storage: step has no method")
 	case rec.Decision == "":
 		return errors.New("storage: step has no decision")
-	case !decisionPattern.MatchString(rec.Decision):
+	case !validDecision(rec.Decision):
 		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
 	}
 	if rec.ReceivedAt.IsZero() {
@@ -84,10 +97,8 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	if rec.MatchedRules == nil {
 		rec.MatchedRules = []RuleMatch{}
 	}
-	if !rec.TrustedJSON {
-		rec.Request = validJSON(rec.Request)
-		rec.Response = validJSON(rec.Response)
-	}
+	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
+	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
 	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
 		return fmt.Errorf("storage: encode matched rules: %w", err)
@@ -131,13 +142,13 @@ func (a *stepArgs) insert(b *batchTx) (int64, error) {
 	return seq, nil
 }
 
-// validJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
-// is valid JSON, and otherwise the JSON string of its bytes.
-func validJSON(raw json.RawMessage) json.RawMessage {
+// storedJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
+// is trusted or valid JSON, and otherwise the JSON string of its bytes.
+func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
 	if len(raw) == 0 {
 		return nil
 	}
-	if json.Valid(raw) {
+	if trusted || json.Valid(raw) {
 		return raw
 	}
 	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
@@ -147,7 +158,7 @@ func validJSON(raw json.RawMessage) json.RawMessage {
 // nullableText stores JSON as TEXT (so SQLite's JSON functions read it as text, not JSONB)
 // and an absent value as NULL.
 func nullableText(raw json.RawMessage) any {
-	if raw == nil {
+	if len(raw) == 0 {
 		return nil
 	}
 	return string(raw)
