@@ -1,0 +1,214 @@
+// Browser end-to-end tests of the console against a running guardian.
+//   VIGIL_BIN=/path/to/vigil npm run e2e      (the real binary, with the console embedded)
+//   VIGIL_MOCK=1 npm run e2e                  (the mock guardian serving dist/)
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { aosRequest, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
+
+/** @type {Awaited<ReturnType<typeof startGuardian>>} */
+let guardian;
+/** @type {Awaited<ReturnType<typeof startBrowser>>} */
+let browser;
+/** @type {import('playwright-core').Page} */
+let page;
+const consoleErrors = [];
+
+const session = `e2e-${Date.now().toString(36)}`;
+
+before(async () => {
+  guardian = await startGuardian();
+  browser = await startBrowser();
+  page = await browser.context.newPage();
+  page.setDefaultTimeout(15_000);
+  page.on('pageerror', (err) => consoleErrors.push(String(err)));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !/Failed to load resource/.test(msg.text())) consoleErrors.push(msg.text());
+  });
+});
+
+after(async () => {
+  await browser?.stop();
+  await guardian?.stop();
+});
+
+describe('console', () => {
+  test('an agent session appears live and its steps show in the session view', async () => {
+    await page.goto(`${guardian.url}/#/live`);
+    await page.getByTestId('live-status').getByText('Live', { exact: true }).waitFor();
+    await shot(page, '00-live-before');
+
+    const who = (step, turn = 1) => ({ session, step, turn, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' });
+    let r = await post(guardian.url, aosRequest(who(1), 'steps/message', userMessage('Please e-mail the report to the finance team')));
+    assert.equal(r.result?.decision, 'allow', JSON.stringify(r));
+    // The session row appears without a reload.
+    const row = page.locator(`[data-testid="session-row"][data-session="${session}"]`);
+    await row.waitFor();
+
+    r = await post(guardian.url, aosRequest(who(2), 'steps/toolCallRequest', toolCall('send_email', { to: 'finance@corp.example', subject: 'Report' }, 'The user asked for it')));
+    assert.equal(r.result?.decision, 'allow', JSON.stringify(r));
+    r = await post(guardian.url, aosRequest(who(3, 2), 'steps/toolCallRequest', toolCall('send_email', { to: 'leak@gmail.com', subject: 'Report' })));
+    assert.equal(r.result?.decision, 'deny', JSON.stringify(r));
+
+    await row.getByText('3 steps').waitFor();
+    await row.locator('.chip.deny').waitFor();
+    await page.getByTestId('tick').first().waitFor();
+    await shot(page, '01-live');
+
+    await row.click();
+    await page.waitForURL(/#\/session\//);
+    const steps = page.getByTestId('timeline-step');
+    await assertCount(steps, 3);
+    await page.getByText('Turn 2').waitFor();
+    await steps.nth(2).click();
+    const inspector = page.getByTestId('step-inspector');
+    await inspector.getByRole('link', { name: 'external-email' }).waitFor();
+    await inspector.getByText('leak@gmail.com').first().waitFor();
+
+    // A step posted now appears in the open session without a reload.
+    await post(guardian.url, aosRequest(who(4, 2), 'steps/message', { message: { id: 'm4', role: 'agent', content: [{ kind: 'text', text: 'I cannot e-mail outside the company.' }] }, citations: [] }));
+    await assertCount(steps, 4);
+    await shot(page, '02-session');
+  });
+
+  test('a held step waits for an operator and the agent receives the approval', async () => {
+    await page.goto(`${guardian.url}/#/held`);
+    const who = { session: `${session}-hold`, step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };
+    let settled = false;
+    const pending = post(guardian.url, aosRequest(who, 'steps/toolCallRequest', toolCall('transfer_funds', { amount: 5000, currency: 'EUR', to: 'ACME GmbH' }, 'Invoice 2024-118 is due'))).finally(
+      () => (settled = true),
+    );
+
+    const item = page.getByTestId('hold-item').first();
+    await item.waitFor();
+    await page.getByTestId('hold-title').getByText('transfer_funds').waitFor();
+    await page.getByText('5000').first().waitFor();
+    assert.equal(settled, false, 'the agent request must stay open while the step is held');
+    await shot(page, '03-held');
+
+    await page.getByTestId('approve').click();
+    // First decision in this browser: the console asks who the operator is, once.
+    await page.getByLabel('Operator name').fill('E2E Operator');
+    await page.getByRole('button', { name: 'Continue' }).click();
+
+    const answer = await pending;
+    assert.equal(answer.result?.decision, 'allow', JSON.stringify(answer));
+    await page.getByText('All clear').waitFor();
+    await page.getByText('by E2E Operator').first().waitFor();
+    await shot(page, '04-held-after');
+    const stored = await page.evaluate(() => localStorage.getItem('vigil.operator'));
+    assert.equal(stored, 'E2E Operator');
+  });
+
+  test('edit and approve refuses invalid params with the guardian message, then sends the edit', async () => {
+    await page.goto(`${guardian.url}/#/held`);
+    const who = { session: `${session}-edit`, step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };
+    const pending = post(guardian.url, aosRequest(who, 'steps/toolCallRequest', toolCall('transfer_funds', { amount: 9000, currency: 'EUR', to: 'ACME GmbH' })));
+    await page.getByTestId('hold-item').first().waitFor();
+    await page.getByTestId('hold-title').getByText('transfer_funds').waitFor();
+
+    await page.keyboard.press('e');
+    const editor = page.locator('#params-editor');
+    await editor.waitFor();
+    const params = JSON.parse(await editor.inputValue());
+    // Not JSON: refused in the browser, with the position.
+    await editor.fill('{"context": ');
+    await page.getByText(/Line 1:\d+/).waitFor();
+    // Valid JSON but not a valid step: the guardian refuses it and says why.
+    const { context: _dropped, ...noContext } = params;
+    await editor.fill(JSON.stringify(noContext, null, 2));
+    await page.getByRole('button', { name: /Approve with changes/ }).click();
+    await page.getByTestId('server-error').waitFor();
+    await shot(page, '04b-held-edit-refused');
+
+    params.toolCallRequest.inputs = params.toolCallRequest.inputs.map((i) => (i.name === 'amount' ? { ...i, value: 900 } : i));
+    await editor.fill(JSON.stringify(params, null, 2));
+    await page.getByRole('button', { name: /Approve with changes/ }).click();
+    const answer = await pending;
+    assert.equal(answer.result?.decision, 'modify', JSON.stringify(answer));
+    const inputs = answer.result.modifiedRequest?.params?.toolCallRequest?.inputs ?? [];
+    assert.equal(inputs.find((i) => i.name === 'amount')?.value, 900, JSON.stringify(answer.result.modifiedRequest));
+  });
+
+  test('a syntax error in the rule editor is shown at its line and column', async () => {
+    await page.goto(`${guardian.url}/#/rules/new`);
+    const content = page.locator('#rule-when .cm-content');
+    await content.waitFor();
+    await page.locator('#rule-name').fill('Broken rule');
+    await content.click();
+    await page.keyboard.press('Control+a');
+    await page.keyboard.press('Delete');
+
+    const validated = page.waitForResponse(async (res) => {
+      if (!res.url().endsWith('/api/rules/validate')) return false;
+      const body = await res.json().catch(() => null);
+      return body && body.ok === false && (body.errors ?? []).some((e) => (e.field ?? 'when') === 'when' && e.line === 2);
+    });
+    await page.keyboard.insertText('tool == "send_email" &&\n  inputs.to == ');
+    const body = await (await validated).json();
+    const err = body.errors.find((e) => (e.field ?? 'when') === 'when');
+    const pos = `${err.line}:${err.column}`;
+
+    const list = page.getByTestId('when-errors');
+    await list.getByText(pos).waitFor();
+    // The editor marks the position itself, on the second line.
+    const mark = page.locator('#rule-when .cm-line').nth(1).locator('.cm-lintRange-error, .cm-lintPoint-error');
+    await mark.first().waitFor({ state: 'attached' });
+    assert.match(await page.getByTestId('compile-status').innerText(), /error/);
+    await shot(page, '05-rules-error');
+
+    // Fixing it clears the error.
+    await page.keyboard.insertText('"x@corp.example"');
+    await page.getByTestId('compile-status').getByText('compiles').waitFor();
+    await assertCount(page.locator('#rule-when .cm-lintRange-error, #rule-when .cm-lintPoint-error'), 0);
+  });
+
+  test('a backtest of a draft deny rule lists the decisions that would change', async () => {
+    await page.goto(`${guardian.url}/#/rules/new`);
+    const content = page.locator('#rule-when .cm-content');
+    await content.waitFor();
+    await page.locator('#rule-name').fill('No e-mail at all');
+    await content.click();
+    await page.keyboard.press('Control+a');
+    await page.keyboard.press('Delete');
+    await page.keyboard.insertText('tool == "send_email"');
+    await page.getByLabel('Action').selectOption('deny');
+    await page.getByTestId('compile-status').getByText('compiles').waitFor();
+
+    await page.getByRole('tab', { name: 'Backtest' }).click();
+    await page.getByTestId('run-backtest').click();
+    const table = page.getByTestId('backtest-examples');
+    await table.waitFor();
+    // The allowed e-mail to finance@corp.example from the first test would now be denied.
+    const changedRow = table.locator('tbody tr').filter({ hasText: 'allow' }).filter({ hasText: 'deny' });
+    await changedRow.first().waitFor();
+    const summary = await page.getByTestId('backtest-summary').innerText();
+    assert.match(summary, /[1-9]\d*\s*decisions? change/);
+    await page.getByText('allow → deny', { exact: false }).first().waitFor().catch(() => undefined);
+    await shot(page, '06-rules-backtest');
+  });
+
+  test('overview and audit pages render the stored activity', async () => {
+    await page.goto(`${guardian.url}/#/overview`);
+    await page.getByText('Steps per minute by decision').waitFor();
+    await page.locator('.kpi').first().waitFor();
+    await shot(page, '07-overview');
+
+    await page.goto(`${guardian.url}/#/audit`);
+    await page.getByText('E2E Operator').first().waitFor();
+    await shot(page, '08-audit');
+    assert.deepEqual(consoleErrors, [], 'the console logged errors');
+  });
+});
+
+/** Waits until a locator matches exactly n elements. */
+async function assertCount(locator, n, timeout = 15_000) {
+  const end = Date.now() + timeout;
+  let c = -1;
+  while (Date.now() < end) {
+    c = await locator.count();
+    if (c === n) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(c, n);
+}

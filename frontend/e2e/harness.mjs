@@ -1,0 +1,155 @@
+// Shared plumbing for the browser tests: start the guardian (the real `vigil serve` from
+// VIGIL_BIN, or the mock with VIGIL_MOCK=1), launch Debian's chromium through playwright-core
+// with a fresh profile, and act as an agent with plain fetch POSTs to /aos.
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const ARTIFACTS = join(here, 'artifacts');
+export const RULES_FIXTURE = join(here, 'fixtures', 'rules.json');
+const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+
+/** A free loopback port (the guardian is given an explicit address). */
+export function freePort() {
+  return new Promise((ok, bad) => {
+    const s = createServer();
+    s.unref();
+    s.on('error', bad);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = /** @type {import('node:net').AddressInfo} */ (s.address());
+      s.close(() => ok(port));
+    });
+  });
+}
+
+/**
+ * Starts the guardian and resolves with its URL once it prints "listening on http://…".
+ * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number}} [opts]
+ */
+export async function startGuardian(opts = {}) {
+  const bin = process.env.VIGIL_BIN;
+  const mock = process.env.VIGIL_MOCK === '1';
+  if (!bin && !mock) throw new Error('Set VIGIL_BIN to the built vigil binary (or VIGIL_MOCK=1 to use the mock guardian in e2e/mock).');
+  if (bin && !existsSync(bin)) throw new Error(`VIGIL_BIN=${bin} does not exist`);
+  if (!bin && !existsSync(join(here, '..', 'dist', 'index.html'))) throw new Error('The mock serves the built console: run `npm run build` first.');
+  const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
+  const port = await freePort();
+  const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', opts.rules ?? RULES_FIXTURE, ...(opts.extraArgs ?? [])];
+  const cmd = bin ?? process.execPath;
+  const argv = bin ? args : [join(here, 'mock', 'server.mjs'), ...args];
+  const proc = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
+  // Never leave a guardian behind, even when a script dies half way.
+  const reap = () => proc.exitCode === null && proc.kill('SIGKILL');
+  process.once('exit', reap);
+  let output = '';
+  const url = await new Promise((ok, bad) => {
+    const ms = opts.startTimeoutMs ?? 20_000;
+    const timer = setTimeout(() => bad(new Error(`the guardian did not print "listening on" within ${ms / 1000} s:\n${output}`)), ms);
+    const onData = (/** @type {Buffer} */ chunk) => {
+      output += chunk.toString();
+      const m = /listening on (https?:\/\/[^\s"]+)/.exec(output);
+      if (m) {
+        clearTimeout(timer);
+        ok(m[1].replace(/\/+$/, ''));
+      }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.on('exit', (code) => {
+      clearTimeout(timer);
+      bad(new Error(`the guardian exited with ${code}:\n${output}`));
+    });
+  });
+  return {
+    url,
+    dir,
+    output: () => output,
+    async stop() {
+      if (proc.exitCode === null) {
+        const gone = new Promise((ok) => proc.once('exit', ok));
+        proc.kill('SIGTERM');
+        const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
+        await gone;
+        clearTimeout(t);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Launches chromium headless with a fresh profile. */
+export async function startBrowser() {
+  const profile = mkdtempSync(join(tmpdir(), 'vigil-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-quic', '--disable-sync'],
+    viewport: { width: 1440, height: 900 },
+    colorScheme: /** @type {'dark'|'light'} */ (process.env.E2E_SCHEME ?? 'dark'),
+  });
+  return {
+    context,
+    async stop() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Saves a screenshot to e2e/artifacts/NAME.png. @param {import('playwright-core').Page} page @param {string} name */
+export async function shot(page, name) {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
+// ---------------------------------------------------------------- the agent
+
+/**
+ * One AOS step as an agent sends it.
+ * @param {{session: string, turn?: number, step: number, agent?: {id: string, name: string}, user?: string}} who
+ * @param {string} method
+ * @param {Record<string, unknown>} params
+ */
+export function aosRequest(who, method, params) {
+  const agent = who.agent ?? { id: 'e2e-agent', name: 'E2E agent' };
+  return {
+    jsonrpc: '2.0',
+    id: who.step,
+    method,
+    params: {
+      context: {
+        agent: { ...agent, instructions: 'Test agent', version: '1.0.0', provider: { name: 'Vigil tests', url: 'https://example.com' } },
+        session: { id: who.session },
+        turnId: `turn-${who.turn ?? 1}`,
+        stepId: `step-${who.step}`,
+        timestamp: new Date().toISOString(),
+        user: { id: who.user ?? 'tester', name: 'Tess Ter', organization: { id: 'org-1' } },
+      },
+      ...params,
+    },
+  };
+}
+
+export const userMessage = (/** @type {string} */ text) => ({ message: { id: `m-${Math.random().toString(36).slice(2)}`, role: 'user', content: [{ kind: 'text', text }] }, citations: [] });
+
+export const toolCall = (/** @type {string} */ tool, /** @type {Record<string, unknown>} */ inputs, reasoning = '') => ({
+  toolCallRequest: { executionId: `x-${Math.random().toString(36).slice(2)}`, toolId: tool, inputs: Object.entries(inputs).map(([name, value]) => ({ name, value })) },
+  ...(reasoning ? { reasoning } : {}),
+});
+
+/** POSTs one request to /aos and resolves with the JSON-RPC response. @param {string} base @param {unknown} req */
+export async function post(base, req) {
+  const res = await fetch(`${base}/aos`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(req) });
+  const text = await res.text();
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error(`/aos answered ${res.status}: ${text}`);
+  }
+}

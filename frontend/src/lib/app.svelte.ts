@@ -1,0 +1,294 @@
+// The console's shared state: one live connection for the whole app, the review queue, the
+// steps ticker, the latest stats, the operator's name, toasts and the operator prompt. Pages
+// subscribe to the event stream for what only they need.
+
+import { Api, ApiError, liveUrl, resolveApiBase, type Me } from './api';
+import { ClockOffset, applyHoldEvents, emptyHolds, holdsBySession, setPending, type HoldsState } from './holds';
+import { LiveClient, type LiveState } from './live';
+import { loadOperator, saveOperator } from './operator';
+import { pushCapped } from './sessions';
+import type { Hold, Info, LiveEvent, Stats, Step } from './types';
+
+export const TICKER_MAX = 200;
+
+export interface Toast {
+  id: number;
+  kind: 'ok' | 'error' | 'info';
+  text: string;
+}
+
+type Listener = (events: LiveEvent[]) => void;
+
+function storage(): Storage | undefined {
+  try {
+    return globalThis.localStorage;
+  } catch {
+    return undefined;
+  }
+}
+
+function notificationsSupported(): boolean {
+  return typeof globalThis.Notification === 'function';
+}
+
+const RANK: Record<string, number> = { viewer: 1, reviewer: 2, admin: 3 };
+
+class ConsoleState {
+  readonly api: Api;
+  private started = false;
+  private readonly live: LiveClient;
+  private readonly listeners = new Set<Listener>();
+  private readonly clock = new ClockOffset();
+  private readonly startedAt = Date.now();
+  private toastId = 0;
+  private operatorWaiters: ((name: string | null) => void)[] = [];
+
+  liveState = $state<LiveState>({ status: 'stopped', lastSeq: 0, attempt: 0, retryAt: null, reason: '' });
+  info = $state.raw<Info | null>(null);
+  holds = $state.raw<HoldsState>(emptyHolds());
+  holdsLoaded = $state(false);
+  ticker = $state.raw<Step[]>([]);
+  /** Steps per second over the last 10 s, from the ticker (capped, so a lower bound at high rates). */
+  rate = $derived.by(() => {
+    const cutoff = this.serverNow() - 10_000;
+    let n = 0;
+    for (const s of this.ticker) {
+      if (Date.parse(s.receivedAt) < cutoff) break;
+      n++;
+    }
+    return n / 10;
+  });
+  stats = $state.raw<Stats | null>(null);
+  /** Latency history from stats ticks, for the overview sparkline. */
+  latencyHistory = $state.raw<{ t: number; p50: number; p99: number }[]>([]);
+  /** Local time, refreshed every second: drives countdowns and relative times. */
+  now = $state(Date.now());
+  operator = $state(loadOperator(storage()));
+  askingOperator = $state(false);
+  toasts = $state<Toast[]>([]);
+  notifyPermission = $state<NotificationPermission | 'unsupported'>(
+    notificationsSupported() ? Notification.permission : 'unsupported',
+  );
+
+  heldBySession = $derived(holdsBySession(this.holds.pending));
+
+  /** Team mode: 'open' when the console needs no sign-in, 'needed' shows the sign-in page. */
+  auth = $state<'checking' | 'open' | 'signedIn' | 'needed'>('checking');
+  me = $state.raw<Me | null>(null);
+
+  constructor() {
+    const base = resolveApiBase(location, globalThis as { __VIGIL_API__?: unknown });
+    this.api = new Api(base);
+    this.live = new LiveClient({
+      url: liveUrl(base, location),
+      onEvents: (evs) => this.onEvents(evs),
+      onState: (s) => (this.liveState = s),
+    });
+  }
+
+  /** Finds out whether the console needs a sign-in, then starts the live stream. */
+  async boot(): Promise<void> {
+    setInterval(() => (this.now = Date.now()), 1000);
+    this.api.onUnauthenticated = () => {
+      if (this.auth === 'signedIn' || this.auth === 'open') this.toast('Your session ended: sign in again', 'info');
+      this.auth = 'needed';
+      this.live.stop();
+      this.started = false;
+    };
+    this.api.operator = this.operator;
+    try {
+      this.applyMe(await this.api.me());
+    } catch (err) {
+      // 401: accounts exist and nobody is signed in. A guardian without team mode has no
+      // /api/auth/me at all: the console is open.
+      if (err instanceof ApiError && err.status === 401) {
+        this.auth = 'needed';
+        return;
+      }
+      this.auth = 'open';
+    }
+    this.start();
+  }
+
+  private applyMe(me: Me) {
+    this.me = me;
+    this.api.csrfToken = me.csrfToken ?? '';
+    if (me.authRequired) {
+      this.auth = 'signedIn';
+      this.operator = me.name;
+      this.api.operator = me.name;
+    } else this.auth = 'open';
+  }
+
+  async signIn(name: string, password: string): Promise<void> {
+    this.applyMe(await this.api.login(name, password));
+    this.start();
+  }
+
+  async signOut(): Promise<void> {
+    try {
+      await this.api.logout();
+    } finally {
+      this.live.stop();
+      this.started = false;
+      this.me = null;
+      this.api.csrfToken = '';
+      this.auth = 'needed';
+    }
+  }
+
+  /** Whether the signed-in operator's role allows an action (always, in the open console). */
+  can(role: 'viewer' | 'reviewer' | 'admin'): boolean {
+    if (this.auth !== 'signedIn') return true;
+    return (RANK[this.me?.role ?? ''] ?? 0) >= RANK[role]!;
+  }
+
+  /** Like can(), and tells the operator when their role is not enough. */
+  allowed(role: 'reviewer' | 'admin'): boolean {
+    if (this.can(role)) return true;
+    this.toast(`Your role (${this.me?.role ?? 'none'}) cannot do this: it needs ${role}.`, 'error');
+    return false;
+  }
+
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.live.start();
+    void this.refreshInfo();
+    void this.refreshHolds();
+    void this.api
+      .stats()
+      .then((s) => (this.stats ??= s))
+      .catch(() => undefined);
+  }
+
+  reconnect(): void {
+    this.live.reconnectNow();
+  }
+
+  /** Server time now, for countdowns against server deadlines. */
+  serverNow(): number {
+    return this.clock.serverNow(this.now);
+  }
+
+  async refreshInfo(): Promise<void> {
+    try {
+      this.info = await this.api.info();
+    } catch {
+      /* the status indicator already says the guardian is unreachable */
+    }
+  }
+
+  async refreshHolds(): Promise<void> {
+    try {
+      const r = await this.api.holds('pending');
+      // The server's clock, for countdowns against its deadlines.
+      if (r.now) this.clock.observe(r.now, Date.now());
+      this.holds = setPending(this.holds, r.holds ?? []);
+      this.holdsLoaded = true;
+    } catch (err) {
+      this.error(err);
+    }
+  }
+
+  subscribe(fn: Listener): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  private onEvents(events: LiveEvent[]): void {
+    const local = Date.now();
+    const steps: Step[] = [];
+    for (const e of events) {
+      this.clock.observe(e.at, local);
+      if (e.type === 'step' && e.payload) steps.push(e.payload);
+      else if (e.type === 'stats' && e.payload) {
+        this.stats = e.payload;
+        this.latencyHistory = [
+          ...this.latencyHistory.slice(-359),
+          { t: Date.parse(e.at) / 1000 || local / 1000, p50: e.payload.latency?.p50Micros ?? 0, p99: e.payload.latency?.p99Micros ?? 0 },
+        ];
+      } else if (e.type === 'hold.created' && e.payload) this.notifyHold(e.payload);
+    }
+    if (steps.length) {
+      this.ticker = pushCapped(this.ticker, steps, TICKER_MAX);
+    }
+    const holds = applyHoldEvents(this.holds, events);
+    if (holds !== this.holds) this.holds = holds;
+    for (const fn of this.listeners) {
+      try {
+        fn(events);
+      } catch (err) {
+        console.error('live listener failed', err);
+      }
+    }
+  }
+
+  // ---- operator identity ----
+
+  /** The operator's name, asking once (a modal) when it is not known yet; null if cancelled. */
+  requireOperator(): Promise<string | null> {
+    if (this.auth === 'signedIn' && this.me?.name) return Promise.resolve(this.me.name);
+    if (this.operator) return Promise.resolve(this.operator);
+    this.askingOperator = true;
+    return new Promise((resolve) => this.operatorWaiters.push(resolve));
+  }
+
+  setOperator(name: string | null): void {
+    if (name !== null) {
+      this.operator = saveOperator(storage(), name);
+      this.api.operator = this.operator;
+    }
+    this.askingOperator = false;
+    const waiters = this.operatorWaiters;
+    this.operatorWaiters = [];
+    for (const w of waiters) w(name === null ? null : this.operator || null);
+  }
+
+  changeOperator(): void {
+    if (this.auth !== 'signedIn') this.askingOperator = true;
+  }
+
+  // ---- toasts ----
+
+  toast(text: string, kind: Toast['kind'] = 'info', ms = 4000): void {
+    const id = ++this.toastId;
+    this.toasts = [...this.toasts.slice(-3), { id, kind, text }];
+    setTimeout(() => (this.toasts = this.toasts.filter((t) => t.id !== id)), ms);
+  }
+
+  error(err: unknown): void {
+    const text = err instanceof ApiError || err instanceof Error ? err.message : String(err);
+    this.toast(text, 'error', 7000);
+  }
+
+  // ---- desktop notifications ----
+
+  async enableNotifications(): Promise<void> {
+    if (!notificationsSupported()) return;
+    this.notifyPermission = await Notification.requestPermission();
+    if (this.notifyPermission === 'granted') this.toast('Desktop notifications are on for new holds', 'ok');
+  }
+
+  private notifyHold(h: Hold): void {
+    if (this.notifyPermission !== 'granted') return;
+    // Replayed events after a reconnect are not news.
+    const created = Date.parse(h.createdAt);
+    if (!Number.isNaN(created) && created < this.startedAt - 5000) return;
+    try {
+      const n = new Notification('Vigil: a step is waiting for review', {
+        body: `${h.tool || h.method} in session ${h.sessionId}${h.message ? `\n${h.message}` : ''}`,
+        tag: `vigil-hold-${h.id}`,
+      });
+      n.onclick = () => {
+        window.focus();
+        location.hash = '#/held';
+        n.close();
+      };
+    } catch {
+      /* some embedders refuse notifications; the Held badge still shows */
+    }
+  }
+}
+
+export const app = new ConsoleState();

@@ -1,0 +1,162 @@
+import { describe, expect, it } from 'vitest';
+import { Api, ApiError, headerSafe, liveUrl, query, resolveApiBase } from './api';
+import { count, micros, relTime, shortId, shortMethod } from './format';
+import { parseParams } from './jsonedit';
+import { loadOperator, saveOperator } from './operator';
+import { href, parseHash, type Route } from './router';
+import { appendSteps, timelineRows } from './timeline';
+import type { Step } from './types';
+import { nearEnd, scrollToReveal, visibleRange } from './virtual';
+
+describe('router', () => {
+  it.each<[string, Route]>([
+    ['', { page: 'live' }],
+    ['#/live', { page: 'live' }],
+    ['#/session/a%2Fb?step=12', { page: 'session', id: 'a/b', step: 12 }],
+    ['#/session/abc', { page: 'session', id: 'abc' }],
+    ['#/held', { page: 'held' }],
+    ['#/rules/new', { page: 'rules', isNew: true }],
+    ['#/rules/big-transfer', { page: 'rules', id: 'big-transfer' }],
+    ['#/overview', { page: 'overview' }],
+    ['#/audit?session=s1', { page: 'audit', sessionId: 's1' }],
+    ['#/nowhere', { page: 'live' }],
+  ])('%s', (hash, route) => {
+    expect(parseHash(hash)).toEqual(route);
+    if (hash.startsWith('#/') && hash !== '#/nowhere') expect(parseHash(href(route))).toEqual(route);
+  });
+});
+
+describe('virtual list math', () => {
+  it('renders the visible rows plus overscan', () => {
+    expect(visibleRange(0, 400, 40, 1000, 5)).toEqual({ start: 0, end: 16, padTop: 0, padBottom: 984 * 40 });
+    const r = visibleRange(4000, 400, 40, 1000, 5);
+    expect(r.start).toBe(95);
+    expect(r.end).toBe(116);
+    expect(r.padTop + (r.end - r.start) * 40 + r.padBottom).toBe(40_000);
+    expect(visibleRange(0, 400, 40, 0)).toEqual({ start: 0, end: 0, padTop: 0, padBottom: 0 });
+    expect(visibleRange(1e9, 400, 40, 10).end).toBe(10);
+  });
+  it('reveals a row and detects the end', () => {
+    expect(scrollToReveal(0, 100, 400, 40)).toBe(0);
+    expect(scrollToReveal(20, 0, 400, 40)).toBe(440);
+    expect(scrollToReveal(5, 0, 400, 40)).toBeNull();
+    expect(nearEnd({ start: 0, end: 90, padTop: 0, padBottom: 0 }, 100, 20)).toBe(true);
+    expect(nearEnd({ start: 0, end: 50, padTop: 0, padBottom: 0 }, 100, 20)).toBe(false);
+  });
+});
+
+describe('timeline', () => {
+  const st = (seq: number, turnId: string) => ({ seq, turnId, sessionId: 's', receivedAt: '' }) as Step;
+  it('groups by turn', () => {
+    const rows = timelineRows([st(1, 't1'), st(2, 't1'), st(3, 't2'), st(4, 't1')]);
+    expect(rows.map((r) => (r.type === 'turn' ? `T${r.number}` : r.step.seq))).toEqual(['T1', 1, 2, 'T2', 3, 'T3', 4]);
+  });
+  it('appends only new steps', () => {
+    const have = [st(1, 'a'), st(2, 'a')];
+    expect(appendSteps(have, [st(2, 'a')])).toBe(have);
+    expect(appendSteps(have, [st(4, 'a'), st(3, 'a')]).map((s) => s.seq)).toEqual([1, 2, 3, 4]);
+  });
+});
+
+describe('format', () => {
+  it('formats', () => {
+    expect(micros(850)).toBe('850 µs');
+    expect(micros(1234)).toBe('1.2 ms');
+    expect(micros(45_000)).toBe('45 ms');
+    expect(micros(1_500_000)).toBe('1.50 s');
+    expect(count(1234)).toBe('1,234');
+    expect(count(1_234_567)).toBe('1.2M');
+    expect(relTime(new Date(0).toISOString(), 30_000)).toBe('30 s ago');
+    expect(relTime(undefined, 0)).toBe('—');
+    expect(shortMethod('steps/toolCallRequest')).toBe('toolCallRequest');
+    expect(shortId('0123456789abcdefghijklmnop', 11)).toBe('01234…lmnop');
+  });
+});
+
+describe('parseParams', () => {
+  it('accepts an object and reports errors with a position', () => {
+    expect(parseParams('{"a": 1}')).toEqual({ ok: true, value: { a: 1 } });
+    const bad = parseParams('{\n  "a": 1,\n  x\n}');
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) expect([bad.line, bad.column]).toEqual([3, 3]);
+    const end = parseParams('{"a":');
+    expect(end.ok).toBe(false);
+    if (!end.ok) expect(end.line).toBe(1);
+    expect(parseParams('[1]')).toMatchObject({ ok: false, message: 'Params must be a JSON object.' });
+    expect(parseParams('  ')).toMatchObject({ ok: false });
+  });
+});
+
+describe('operator', () => {
+  it('remembers a trimmed name', () => {
+    const m = new Map<string, string>();
+    const kv = { getItem: (k: string) => m.get(k) ?? null, setItem: (k: string, v: string) => void m.set(k, v) };
+    expect(loadOperator(kv)).toBe('');
+    expect(saveOperator(kv, '  ann  ')).toBe('ann');
+    expect(loadOperator(kv)).toBe('ann');
+    expect(loadOperator(undefined)).toBe('');
+  });
+});
+
+describe('api client', () => {
+  it('builds queries without empty values', () => {
+    expect(query({ a: 1, b: '', c: undefined, d: 'x y' })).toBe('?a=1&d=x+y');
+    expect(query({})).toBe('');
+  });
+
+  it('resolves the API base and the live URL', () => {
+    expect(resolveApiBase({ search: '' }, {})).toBe('');
+    expect(resolveApiBase({ search: '?api=http://127.0.0.1:7878' }, {})).toBe('http://127.0.0.1:7878');
+    expect(resolveApiBase({ search: '?api=javascript:alert(1)' }, {})).toBe('');
+    expect(resolveApiBase({ search: '' }, { __VIGIL_API__: 'http://x' })).toBe('http://x');
+    expect(liveUrl('', { protocol: 'https:', host: 'h:1' })).toBe('wss://h:1/api/live');
+    expect(liveUrl('http://127.0.0.1:7878/', { protocol: 'wails:', host: 'w' })).toBe('ws://127.0.0.1:7878/api/live');
+  });
+
+  it('sends JSON and surfaces the server error message', async () => {
+    const calls: { url: string; init?: RequestInit }[] = [];
+    const api = new Api('http://g', async (url, init) => {
+      calls.push({ url, init });
+      if (url.endsWith('/modify')) {
+        return new Response(JSON.stringify({ error: { code: 'invalid_params', message: 'params.context is required' } }), { status: 400 });
+      }
+      return new Response(JSON.stringify({ sessions: [], next: 'c2' }), { status: 200 });
+    });
+    await expect(api.sessions({ limit: 50, q: 'bot' })).resolves.toEqual({ sessions: [], next: 'c2' });
+    expect(calls[0]!.url).toBe('http://g/api/sessions?limit=50&q=bot');
+    const err = await api.decide('h 1', 'modify', { operator: 'ann', params: {} }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({ status: 400, code: 'invalid_params', message: 'params.context is required' });
+    expect(calls[1]!.url).toBe('http://g/api/holds/h%201/modify');
+    expect(JSON.parse(String(calls[1]!.init?.body))).toEqual({ operator: 'ann', params: {} });
+  });
+
+  it('sends the operator and, in team mode, the CSRF token; reports 401', async () => {
+    const seen: Headers[] = [];
+    let unauth = 0;
+    const api = new Api('', async (_url, init) => {
+      seen.push(new Headers(init?.headers));
+      return new Response(JSON.stringify({ error: { code: 'unauthenticated', message: 'sign in' } }), { status: 401 });
+    });
+    api.operator = 'Zoë';
+    api.csrfToken = 'tok';
+    api.onUnauthenticated = () => unauth++;
+    await expect(api.rules()).rejects.toMatchObject({ status: 401 });
+    await expect(api.setEnabled('r', true)).rejects.toMatchObject({ status: 401 });
+    await expect(api.me()).rejects.toMatchObject({ status: 401 });
+    expect(seen[0]!.get('X-Vigil-Operator')).toBe('Zo%C3%AB');
+    expect(seen[0]!.get('X-CSRF-Token')).toBeNull(); // reads carry none
+    expect(seen[1]!.get('X-CSRF-Token')).toBe('tok');
+    expect(unauth).toBe(2); // /api/auth/me itself does not trigger the sign-in screen
+    expect(headerSafe('Dana Reyes')).toBe('Dana Reyes');
+  });
+
+  it('reports network failures and non-JSON errors readably', async () => {
+    const down = new Api('', async () => {
+      throw new TypeError('Failed to fetch');
+    });
+    await expect(down.info()).rejects.toMatchObject({ code: 'network' });
+    const proxy = new Api('', async () => new Response('Bad Gateway', { status: 502 }));
+    await expect(proxy.info()).rejects.toMatchObject({ status: 502, message: 'Bad Gateway' });
+  });
+});

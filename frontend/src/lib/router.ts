@@ -1,0 +1,59 @@
+// Hash routes: the console needs no server routes, and the desktop window can load it as files.
+
+export type Route =
+  | { page: 'live' }
+  | { page: 'session'; id: string; step?: number }
+  | { page: 'held' }
+  | { page: 'rules'; id?: string; isNew?: boolean }
+  | { page: 'overview' }
+  | { page: 'audit'; sessionId?: string };
+
+export function parseHash(hash: string): Route {
+  const h = hash.replace(/^#\/?/, '');
+  const [pathPart = '', queryPart = ''] = h.split('?', 2);
+  const parts = pathPart.split('/').filter(Boolean).map(decodeURIComponent);
+  const q = new URLSearchParams(queryPart);
+  switch (parts[0]) {
+    case undefined:
+    case '':
+    case 'live':
+      return { page: 'live' };
+    case 'session':
+    case 'sessions': {
+      if (!parts[1]) return { page: 'live' };
+      const step = Number(q.get('step'));
+      return step > 0 ? { page: 'session', id: parts[1], step } : { page: 'session', id: parts[1] };
+    }
+    case 'held':
+      return { page: 'held' };
+    case 'rules':
+      if (parts[1] === 'new') return { page: 'rules', isNew: true };
+      return parts[1] ? { page: 'rules', id: parts[1] } : { page: 'rules' };
+    case 'overview':
+      return { page: 'overview' };
+    case 'audit': {
+      const s = q.get('session');
+      return s ? { page: 'audit', sessionId: s } : { page: 'audit' };
+    }
+    default:
+      return { page: 'live' };
+  }
+}
+
+export function href(r: Route): string {
+  const e = encodeURIComponent;
+  switch (r.page) {
+    case 'live':
+      return '#/live';
+    case 'session':
+      return `#/session/${e(r.id)}${r.step ? `?step=${r.step}` : ''}`;
+    case 'held':
+      return '#/held';
+    case 'rules':
+      return r.isNew ? '#/rules/new' : r.id ? `#/rules/${e(r.id)}` : '#/rules';
+    case 'overview':
+      return '#/overview';
+    case 'audit':
+      return r.sessionId ? `#/audit?session=${e(r.sessionId)}` : '#/audit';
+  }
+}
