@@ -33,7 +33,10 @@ frontend: frontend/dist/index.html
 
 frontend/node_modules/.stamp: frontend/package.json frontend/package-lock.json
 	@command -v $(NPM) >/dev/null || { echo "npm is required to build the console (apt-get install nodejs npm)"; exit 1; }
-	cd frontend && $(NPM) ci --no-audit --no-fund
+	cd frontend && for i in 1 2 3; do \
+		$(NPM) ci --no-audit --no-fund --fetch-retries=5 --fetch-timeout=120000 && break; \
+		[ $$i = 3 ] && exit 1; echo "npm ci failed; retrying"; sleep 5; \
+	done
 	touch $@
 
 frontend/dist/index.html: frontend/node_modules/.stamp $(FE_SRC)

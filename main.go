@@ -40,6 +40,13 @@ type Config struct {
 	DefaultDecision string
 	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
 	OnRuleError string
+	// Team mode and transport security.
+	Insecure      bool
+	TLSCert       string
+	TLSKey        string
+	AgentRate     float64
+	AgentBurst    int
+	SecureCookies bool
 }
 
 func main() {
@@ -58,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args, stdout, stderr)
 	case "rules":
 		return runRules(args, stdout, stderr)
+	case "keys":
+		return runKeys(args, stdout, stderr)
+	case "users":
+		return runUsers(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "vigil %s\n", version)
 		return 0
@@ -99,6 +110,12 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.Int64Var(&cfg.MaxBodyBytes, "max-body", 10<<20, "largest accepted /aos request body in bytes")
 	fset.DurationVar(&cfg.HoldTimeout, "hold-timeout", 5*time.Minute, "default time a held step waits for an operator")
 	fset.IntVar(&cfg.MaxHolds, "max-holds", 1000, "most holds pending at once; further holds fail closed")
+	fset.BoolVar(&cfg.Insecure, "insecure", false, "serve a non-loopback address without operator accounts and agent keys (not recommended)")
+	fset.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS")
+	fset.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM)")
+	fset.Float64Var(&cfg.AgentRate, "agent-rate", 0, "requests per second allowed per agent API key (per client address without keys); 0 = unlimited")
+	fset.IntVar(&cfg.AgentBurst, "agent-burst", 0, "requests allowed at once above -agent-rate (default: the rate)")
+	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
 	// Environment first, so flags on the command line win.
@@ -119,6 +136,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	}
 	if fset.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fset.Arg(0))
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return cfg, errors.New("-tls-cert and -tls-key go together")
 	}
 	switch cfg.DefaultDecision {
 	case "allow", "deny":

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/guardian/ruleenv"
@@ -42,6 +45,10 @@ func (s *server) ReloadRules(ctx context.Context) {
 	s.log.Info("rules file reloaded", "changed", n)
 }
 
+// desktopOrigins are the webview's own origins, accepted for the live stream and the open
+// console should a page be served from Wails' asset server.
+var desktopOrigins = []string{"wails://wails", "http://wails.localhost", "wails://wails.localhost"}
+
 // guardianHistory is how many earlier steps of a session rules see, live and in backtests.
 const guardianHistory = 200
 
@@ -52,22 +59,63 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", cfg.DB, err)
 	}
+	// Team mode. The hub it publishes audit events to is created below, before any request.
+	var hub *live.Hub
+	az, err := auth.New(ctx, auth.Config{
+		Loopback:       auth.IsLoopback(cfg.Addr),
+		Insecure:       cfg.Insecure,
+		AgentRate:      cfg.AgentRate,
+		AgentBurst:     cfg.AgentBurst,
+		SecureCookies:  cfg.SecureCookies,
+		AllowedOrigins: desktopOrigins,
+	}, auth.Options{Store: db, Logger: log, Publish: func(ev storage.Event) { hub.Publish(ev) }})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("team mode: %w", err)
+	}
+	configured, err := az.Configured(ctx)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("team mode: %w", err)
+	}
+	if err := auth.CheckBind(cfg.Addr, configured, cfg.Insecure); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if cfg.Insecure && !configured && !auth.IsLoopback(cfg.Addr) {
+		log.Warn("serving without authentication on a non-loopback address (--insecure)", "addr", cfg.Addr)
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		// Loaded here so a bad certificate stops the start with a clear error.
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("load TLS certificate: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	url := "http://" + ln.Addr().String()
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	url := scheme + "://" + ln.Addr().String()
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &server{URL: url, db: db, log: log, cancel: cancel, done: make(chan struct{})}
 
-	hub := live.NewHub(live.Options{
+	hub = live.NewHub(live.Options{
 		Source: db,
 		// The desktop window loads the console from the guardian itself; these cover the
 		// webview's own origins should a page be served from Wails' asset server.
-		AllowedOrigins: []string{"wails://wails", "http://wails.localhost", "wails://wails.localhost"},
+		AllowedOrigins: desktopOrigins,
 		Logger:         log,
+		Authorize:      az.AuthorizeRequest,
 	})
 	hubDone := make(chan struct{})
 	go func() {
@@ -75,6 +123,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		hub.Run(runCtx)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
+	authDone := make(chan struct{})
+	go func() {
+		defer close(authDone)
+		az.Run(runCtx)
+	}()
+	s.closers = append(s.closers, func() { s.cancel(); <-authDone })
 
 	engine := rules.NewEngine(rules.Options{
 		DefaultDecision: rules.Action(cfg.DefaultDecision),
@@ -90,6 +144,15 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		RulesFile:       cfg.RulesFile,
 		HistorySize:     guardianHistory,
 		Logger:          log,
+		OperatorFrom: func(r *http.Request) string {
+			if name, ok := auth.OperatorFrom(r); ok {
+				return name
+			}
+			if op := strings.TrimSpace(r.Header.Get("X-Vigil-Operator")); op != "" {
+				return op
+			}
+			return "api"
+		},
 	})
 	fail := func(err error) (*server, error) {
 		cancel()
@@ -119,6 +182,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Remember: func(ctx context.Context, r rules.Rule) error {
 			return rs.Upsert(ctx, r, "approve-and-remember")
 		},
+		OperatorFrom:   auth.OperatorFrom,
 		MaxPending:     cfg.MaxHolds,
 		DefaultTimeout: cfg.HoldTimeout,
 		Logger:         log,
@@ -148,20 +212,29 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
 			hm.Register,
 			rs.Register,
+			az.Register,
 		},
+		CheckAgent: auth.CheckAgent,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
 	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{
-		Handler:           g.Handler(),
+		Handler:           az.Wrap(g.Handler()),
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if tlsConfig != nil {
+			err = s.http.ServeTLS(ln, "", "")
+		} else {
+			err = s.http.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()

@@ -76,19 +76,23 @@ type Options struct {
 	UI fs.FS
 	// Mount adds further routes (rules, holds, live) to the mux.
 	Mount []func(mux *http.ServeMux)
+	// CheckAgent, when set, refuses a step whose context.agent.id the request's credentials
+	// may not speak as (auth.CheckAgent); its *aos.Error is answered as is.
+	CheckAgent func(ctx context.Context, agentID string) error
 }
 
 // Guardian decides steps and serves the HTTP surface.
 type Guardian struct {
-	cfg      Config
-	store    Store
-	policy   Policy
-	holds    HoldService
-	pub      Publisher
-	log      *slog.Logger
-	now      func() time.Time
-	sessions *sessionCache
-	handler  http.Handler
+	cfg        Config
+	store      Store
+	policy     Policy
+	holds      HoldService
+	pub        Publisher
+	log        *slog.Logger
+	now        func() time.Time
+	sessions   *sessionCache
+	handler    http.Handler
+	checkAgent func(ctx context.Context, agentID string) error
 }
 
 // New builds a guardian.
@@ -98,13 +102,14 @@ func New(cfg Config, opts Options) (*Guardian, error) {
 	}
 	cfg.withDefaults()
 	g := &Guardian{
-		cfg:    cfg,
-		store:  opts.Store,
-		policy: opts.Policy,
-		holds:  opts.Holds,
-		pub:    opts.Publisher,
-		log:    opts.Logger,
-		now:    opts.Now,
+		cfg:        cfg,
+		store:      opts.Store,
+		policy:     opts.Policy,
+		holds:      opts.Holds,
+		pub:        opts.Publisher,
+		log:        opts.Logger,
+		now:        opts.Now,
+		checkAgent: opts.CheckAgent,
 	}
 	if g.policy == nil {
 		g.policy = AllowAll{}

@@ -109,6 +109,19 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 		}
 		return errorResponse(id, perr)
 	}
+	if g.checkAgent != nil {
+		agentID := ""
+		if step.Context != nil {
+			agentID = step.Context.Agent.ID
+		}
+		if err := g.checkAgent(ctx, agentID); err != nil {
+			g.log.Warn("aos: step refused: the API key is scoped to another agent", "agentId", agentID)
+			if step.IsNotification() {
+				return nil
+			}
+			return errorResponse(step.ID, rpcError(err))
+		}
+	}
 	out, err := g.Decide(ctx, step, meta)
 	if err != nil {
 		g.log.Error("aos: decide", "method", step.Method, "err", err)

@@ -1,0 +1,165 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+func newTestServer(t testing.TB, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type cliRun struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, dbPath, stdin string, keys bool, args ...string) cliRun {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	c := &CLI{DefaultDB: dbPath, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut,
+		Operator: "cli:tester", BcryptCost: 4}
+	var code int
+	if keys {
+		code = c.Keys(context.Background(), args)
+	} else {
+		code = c.Users(context.Background(), args)
+	}
+	return cliRun{code, out.String(), errOut.String()}
+}
+
+func TestKeysCLI(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "vigil.db")
+
+	r := runCLI(t, dbPath, "", true, "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "No API keys")
+
+	r = runCLI(t, dbPath, "", true, "create", "--agent", "support-bot", "--name", "support", "--expires", "720h")
+	require.Equal(t, 0, r.code, r.stderr)
+	secret := strings.TrimSpace(r.stdout)
+	require.Regexp(t, `^vgl_[A-Za-z0-9_-]{43}$`, secret, "stdout is the key alone, for scripts")
+	id := regexp.MustCompile(`key_[0-9a-f]{16}`).FindString(r.stderr)
+	require.NotEmpty(t, id, r.stderr)
+	require.Contains(t, r.stderr, "shown only now")
+
+	r = runCLI(t, dbPath, "", true, "create") // unscoped, with a warning
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "not scoped")
+
+	r = runCLI(t, dbPath, "", true, "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3)
+	require.Contains(t, lines[1], id)
+	require.Contains(t, lines[1], "support-bot")
+	require.Contains(t, lines[1], "active")
+	require.Contains(t, lines[1], secret[:keyShownChars])
+	require.NotContains(t, r.stdout, secret)
+
+	r = runCLI(t, dbPath, "", true, "revoke", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "Revoked key "+id)
+	r = runCLI(t, dbPath, "", true, "list")
+	require.Contains(t, strings.Split(r.stdout, "\n")[1], "revoked")
+
+	// A server on the database refuses the revoked key.
+	db, err := storage.Open(context.Background(), dbPath, storage.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	e := newEnvOn(t, db, Config{Loopback: true})
+	status, _, _, _ := rpc(t, e.server(t), secret, "support-bot")
+	require.Equal(t, http.StatusUnauthorized, status)
+
+	entries, err := db.ListAudit(context.Background(), storage.AuditQuery{Type: "key"})
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	require.Equal(t, "cli:tester", entries[0].Operator)
+
+	for _, bad := range [][]string{
+		{},
+		{"frobnicate"},
+		{"revoke"},
+		{"create", "--expires", "soon"},
+		{"create", "--bogus"},
+	} {
+		r := runCLI(t, dbPath, "", true, bad...)
+		require.Equal(t, 2, r.code, bad)
+	}
+	r = runCLI(t, dbPath, "", true, "revoke", "key_nope")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "not found")
+}
+
+func TestUsersCLI(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "vigil.db")
+
+	r := runCLI(t, dbPath, "adam-password\n", false, "add", "adam", "--role", "admin")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "Added adam (admin)")
+	r = runCLI(t, dbPath, "rita-password", false, "add", "--role", "reviewer", "rita")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = runCLI(t, dbPath, "", false, "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^adam\s+admin\s`, r.stdout)
+	require.Regexp(t, `(?m)^rita\s+reviewer\s`, r.stdout)
+
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		msg   string
+	}{
+		{"no role", "pw-pw-pw-pw", []string{"add", "sam"}, 2, "--role"},
+		{"bad role", "pw-pw-pw-pw", []string{"add", "sam", "--role", "root"}, 2, "--role"},
+		{"no password", "", []string{"add", "sam", "--role", "viewer"}, 2, "no password"},
+		{"short password", "short\n", []string{"add", "sam", "--role", "viewer"}, 2, "at least 8"},
+		{"taken", "whatever-pw", []string{"add", "Rita", "--role", "viewer"}, 1, "already exists"},
+		{"bad name", "whatever-pw", []string{"add", "s/m", "--role", "viewer"}, 2, "name"},
+		{"last admin", "", []string{"remove", "adam"}, 1, "last admin"},
+		{"unknown", "", []string{"remove", "nobody"}, 1, "not found"},
+		{"passwd unknown", "whatever-pw", []string{"passwd", "nobody"}, 1, "not found"},
+		{"two names", "", []string{"remove", "a", "b"}, 2, "expected 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCLI(t, dbPath, tt.stdin, false, tt.args...)
+			require.Equal(t, tt.code, r.code, r.stderr)
+			require.Contains(t, r.stderr, tt.msg)
+		})
+	}
+
+	r = runCLI(t, dbPath, "new-rita-password\r\n", false, "passwd", "rita")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	db, err := storage.Open(context.Background(), dbPath, storage.Options{})
+	require.NoError(t, err)
+	e := newEnvOn(t, db, Config{Loopback: true})
+	c := newClient(t, e.server(t))
+	require.Equal(t, http.StatusUnauthorized, c.login("rita", "rita-password").status)
+	require.Equal(t, http.StatusOK, c.login("rita", "new-rita-password").status)
+	require.NoError(t, db.Close())
+
+	r = runCLI(t, dbPath, "", false, "remove", "rita")
+	require.Equal(t, 0, r.code, r.stderr)
+	// Alone, the last admin may go: the console returns to zero-config.
+	r = runCLI(t, dbPath, "", false, "remove", "adam")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = runCLI(t, dbPath, "", false, "list")
+	require.Equal(t, 0, r.code)
+	require.Contains(t, r.stderr, "No operator accounts")
+}
