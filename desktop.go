@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +43,7 @@ func runDesktop(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "Vigil guardian listening on %s (AOS endpoint /aos); opening the console window\n", srv.URL)
-	winErr := app.Run(ctx, app.Options{URL: srv.URL + "/", Title: "Vigil", Logger: log})
+	winErr := app.Run(ctx, app.Options{URL: loopbackURL(srv.URL) + "/", Title: "Vigil", Logger: log, HoldNotifications: true})
 	log.Info("window closed; shutting down")
 	code := 0
 	if winErr != nil {
@@ -54,4 +55,16 @@ func runDesktop(args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	return code
+}
+
+// loopbackURL is the URL the window loads: the guardian's own port on 127.0.0.1, even when
+// it listens on every interface.
+func loopbackURL(u string) string {
+	for _, any := range []string{"http://0.0.0.0:", "http://[::]:", "https://0.0.0.0:", "https://[::]:"} {
+		if strings.HasPrefix(u, any) {
+			scheme := u[:strings.Index(u, ":")]
+			return scheme + "://127.0.0.1:" + strings.TrimPrefix(u, any)
+		}
+	}
+	return u
 }
