@@ -47,6 +47,8 @@ type Config struct {
 	AgentRate     float64
 	AgentBurst    int
 	SecureCookies bool
+	// PublicURL is the address operators reach the console at through a reverse proxy.
+	PublicURL string
 }
 
 func main() {
@@ -115,6 +117,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM)")
 	fset.Float64Var(&cfg.AgentRate, "agent-rate", 0, "requests per second allowed per agent API key (per client address without keys); 0 = unlimited")
 	fset.IntVar(&cfg.AgentBurst, "agent-burst", 0, "requests allowed at once above -agent-rate (default: the rate)")
+	fset.StringVar(&cfg.PublicURL, "public-url", "", "the console's public address behind a reverse proxy (accepted as origin and host)")
 	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")

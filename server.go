@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +62,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", cfg.DB, err)
 	}
+	origins, publicHost, err := publicOrigins(cfg.PublicURL)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	// Team mode. The hub it publishes audit events to is created below, before any request.
 	var hub *live.Hub
 	az, err := auth.New(ctx, auth.Config{
@@ -67,7 +75,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		AgentRate:      cfg.AgentRate,
 		AgentBurst:     cfg.AgentBurst,
 		SecureCookies:  cfg.SecureCookies,
-		AllowedOrigins: desktopOrigins,
+		AllowedOrigins: origins,
 	}, auth.Options{Store: db, Logger: log, Publish: func(ev storage.Event) { hub.Publish(ev) }})
 	if err != nil {
 		_ = db.Close()
@@ -113,7 +121,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Source: db,
 		// The desktop window loads the console from the guardian itself; these cover the
 		// webview's own origins should a page be served from Wails' asset server.
-		AllowedOrigins: desktopOrigins,
+		AllowedOrigins: origins,
 		Logger:         log,
 		Authorize:      az.AuthorizeRequest,
 	})
@@ -196,10 +204,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
-		PublicURL:    url,
+		PublicURL:    cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url),
 		DBPath:       db.Path(),
 		RulesFile:    cfg.RulesFile,
-		AllowedHosts: allowedHosts(ln.Addr()),
+		AllowedHosts: allowedHosts(ln.Addr(), publicHost),
 		HistorySize:  guardianHistory,
 	}, guardian.Options{
 		Store:     db,
@@ -293,10 +301,28 @@ func publishStats(ctx context.Context, g *guardian.Guardian, hub *live.Hub, log 
 
 // allowedHosts limits a loopback guardian to loopback host names (against DNS rebinding);
 // a guardian on another address serves any host name, as a reverse proxy may rewrite it.
-func allowedHosts(addr net.Addr) []string {
+func allowedHosts(addr net.Addr, publicHost string) []string {
 	tcp, ok := addr.(*net.TCPAddr)
 	if !ok || !tcp.IP.IsLoopback() {
 		return nil
 	}
-	return []string{"127.0.0.1", "localhost", "::1", tcp.IP.String()}
+	hosts := []string{"127.0.0.1", "localhost", "::1", tcp.IP.String()}
+	if publicHost != "" {
+		hosts = append(hosts, publicHost)
+	}
+	return hosts
+}
+
+// publicOrigins adds the origin of --public-url (the address operators use through a
+// reverse proxy) to the desktop origins, and returns its host name.
+func publicOrigins(public string) ([]string, string, error) {
+	origins := slices.Clone(desktopOrigins)
+	if public == "" {
+		return origins, "", nil
+	}
+	u, err := neturl.Parse(public)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, "", fmt.Errorf("-public-url: want an absolute http(s) URL such as https://vigil.example.com, got %q", public)
+	}
+	return append(origins, u.Scheme+"://"+u.Host), u.Hostname(), nil
 }
