@@ -11,7 +11,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
 
-.PHONY: run build desktop frontend test lint test-go fuzz test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend test lint test-go fuzz systest test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -55,7 +55,7 @@ deps-test: deps-frontend
 
 ## test: lint, Go tests with -race, bounded fuzzing, frontend unit and browser tests,
 ## and the desktop smoke test.
-test: deps-test lint test-go fuzz test-frontend e2e smoke
+test: deps-test lint test-go fuzz systest test-frontend e2e smoke
 
 lint: frontend/dist/index.html
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './frontend/*')); \
@@ -68,6 +68,11 @@ test-go: frontend/dist/index.html
 
 fuzz:
 	@bash scripts/fuzz.sh $(FUZZTIME)
+
+SOAK ?= 60s
+## systest: crash test (SIGKILL under load) and bounded soak test against the built binary.
+systest: build
+	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 20m ./test/
 
 test-frontend: deps-frontend
 	cd frontend && $(NPM) run check && $(NPM) test

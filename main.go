@@ -47,6 +47,10 @@ type Config struct {
 	AgentRate     float64
 	AgentBurst    int
 	SecureCookies bool
+	// Retention of stored steps.
+	RetainAge      time.Duration
+	RetainSize     int64
+	RetainInterval time.Duration
 	// PublicURL is the address operators reach the console at through a reverse proxy.
 	PublicURL string
 }
@@ -67,6 +71,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args, stdout, stderr)
 	case "rules":
 		return runRules(args, stdout, stderr)
+	case "export":
+		return runExport(args, stdout, stderr)
+	case "backup":
+		return runBackup(args, stdout, stderr)
 	case "keys":
 		return runKeys(args, stdout, stderr)
 	case "users":
@@ -92,6 +100,10 @@ Usage:
   vigil serve [flags]           headless guardian + console over HTTP
   vigil rules check FILE...     compile rules files; exit 1 on any error
   vigil rules test FILE...      run the test cases in rules files; exit 1 on any failure
+  vigil keys create|list|revoke agent API keys
+  vigil users add|list|remove|passwd operator accounts
+  vigil export [flags]          steps and audit as JSON Lines (safe while serving)
+  vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
   vigil version                 print the version
 
 Run 'vigil serve -h' for the flags. Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_ADDR).
@@ -117,6 +129,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM)")
 	fset.Float64Var(&cfg.AgentRate, "agent-rate", 0, "requests per second allowed per agent API key (per client address without keys); 0 = unlimited")
 	fset.IntVar(&cfg.AgentBurst, "agent-burst", 0, "requests allowed at once above -agent-rate (default: the rate)")
+	fset.DurationVar(&cfg.RetainAge, "retain-age", 0, "delete steps older than this (e.g. 720h); 0 keeps them")
+	fset.Var((*byteSize)(&cfg.RetainSize), "retain-size", "keep the database's used size under this (e.g. 2GB) by deleting the oldest steps; 0 sets no bound")
+	fset.DurationVar(&cfg.RetainInterval, "retain-interval", 5*time.Minute, "time between retention passes")
 	fset.StringVar(&cfg.PublicURL, "public-url", "", "the console's public address behind a reverse proxy (accepted as origin and host)")
 	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")

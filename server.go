@@ -227,6 +227,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
+	retDone := make(chan struct{})
+	go func() {
+		defer close(retDone)
+		db.RunRetention(runCtx, storage.Retention{MaxAge: cfg.RetainAge, MaxBytes: cfg.RetainSize, Interval: cfg.RetainInterval}, log)
+	}()
+	s.closers = append(s.closers, func() { s.cancel(); <-retDone })
 	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{
 		Handler:           az.Wrap(g.Handler()),

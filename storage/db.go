@@ -273,7 +273,14 @@ func (db *DB) checkpointer() {
 	defer close(db.ckptDone)
 	for range db.ckptKick {
 		ctx, cancel := context.WithTimeout(context.Background(), db.opts.BusyTimeout)
-		if _, err := db.ckpt.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		// A passive checkpoint never catches up with a writer that never pauses, and the WAL
+		// only restarts after a checkpoint that waited for readers: once the WAL is past its
+		// limit, take the RESTART checkpoint so it cannot grow without bound.
+		mode := "PASSIVE"
+		if st, err := os.Stat(db.path + "-wal"); err == nil && st.Size() > walSizeLimit {
+			mode = "RESTART"
+		}
+		if _, err := db.ckpt.ExecContext(ctx, "PRAGMA wal_checkpoint("+mode+")"); err != nil {
 			db.log.Warn("storage: checkpoint failed", "err", err)
 		}
 		cancel()

@@ -253,3 +253,32 @@ func TestReadOnlyCannotWrite(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 1, countRows(t, db, "steps"))
 }
+
+// Since keeps exactly the steps received at or after it, also when receive times and seqs
+// are not in the same order.
+func TestExportSinceOutOfOrder(t *testing.T) {
+	db := openTest(t)
+	a := save(t, db, step("s", "allow", 10*time.Minute))
+	save(t, db, step("s", "allow", time.Minute))
+	c := save(t, db, step("s", "allow", 6*time.Minute))
+	save(t, db, step("s", "allow", 2*time.Minute))
+
+	var out bytes.Buffer
+	res, err := db.Export(context.Background(), &out, ExportOptions{Steps: true, Since: t0.Add(5 * time.Minute)})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Steps)
+	lines := readExport(t, out.Bytes())
+	var got []int64
+	for _, l := range lines {
+		var rec StepRecord
+		require.NoError(t, json.Unmarshal(l.json, &rec))
+		got = append(got, rec.Seq)
+	}
+	require.Equal(t, []int64{a.Seq, c.Seq}, got)
+
+	out.Reset()
+	res, err = db.Export(context.Background(), &out, ExportOptions{Steps: true, Since: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Zero(t, res.Steps)
+	require.Empty(t, out.String())
+}

@@ -275,7 +275,9 @@ func TestRunRetentionReturnsWhenDisabledOrClosed(t *testing.T) {
 	wg.Wait()
 
 	require.NoError(t, db.Close())
-	wg.Go(func() { db.RunRetention(context.Background(), Retention{MaxAge: time.Hour, Interval: time.Millisecond}, log) })
+	wg.Go(func() {
+		db.RunRetention(context.Background(), Retention{MaxAge: time.Hour, Interval: time.Millisecond}, log)
+	})
 	wg.Wait()
 }
 
@@ -291,4 +293,30 @@ func fileSize(t *testing.T, path string) int64 {
 	st, err := os.Stat(path)
 	require.NoError(t, err)
 	return st.Size()
+}
+
+// BenchmarkPruneBatch measures one default-size batch (500 steps of about 1.5 KB in 64
+// sessions) on the writer: how long the agents' writes queued behind it may wait.
+//
+//	go test -run '^$' -bench PruneBatch ./storage/
+func BenchmarkPruneBatch(b *testing.B) {
+	ctx := context.Background()
+	db := openTest(b)
+	fill := func(n int64) {
+		recs := make([]*StepRecord, n)
+		for i := range recs {
+			recs[i] = benchStep(int64(i))
+			recs[i].ReceivedAt = t0
+		}
+		saveMany(b, db, int(n), func(i int) *StepRecord { return recs[i] })
+	}
+	var res PruneResult
+	for b.Loop() {
+		b.StopTimer()
+		fill(defaultPruneBatch)
+		b.StartTimer()
+		n, err := db.pruneBatch(ctx, t0.Add(time.Second).UnixNano(), defaultPruneBatch, &res)
+		require.NoError(b, err)
+		require.Equal(b, defaultPruneBatch, n)
+	}
 }

@@ -1,0 +1,13 @@
+// Package systest holds system tests that run the built vigil binary as a separate process:
+// a crash test (SIGKILL under load, restart, nothing answered is lost) and a bounded soak
+// test (high rate with slow websocket clients: flat memory, no leaked connection or
+// goroutine, no failed request). They observe the server only from outside: its HTTP API,
+// /proc, its database file, and a goroutine dump (SIGQUIT) at the end of the soak.
+//
+// They are skipped unless VIGIL_BIN names the binary:
+//
+//	go build -o bin/vigil . && VIGIL_BIN=$PWD/bin/vigil go test -v -count=1 ./test/
+//
+// VIGIL_SOAK sets the soak test's load duration (default 60s), e.g. VIGIL_SOAK=10m.
+// VIGIL_SYSTEST_ARGS adds flags to every `vigil serve` the tests start.
+package systest
