@@ -302,7 +302,7 @@ func TestListShowsStatsAndExpiry(t *testing.T) {
 	for _, r := range list.Rules {
 		byID[r.ID] = r
 	}
-	require.True(t, byID["remembered-old"].Expired)
+	require.True(t, byID["remembered-old"].Expired, "%+v", byID["remembered-old"])
 	require.False(t, byID["remembered-new"].Expired)
 	require.Equal(t, 2, byID["remembered-new"].Version)
 	require.Equal(t, int64(3), byID["remembered-new"].Stats.Evaluations)

@@ -580,6 +580,30 @@ type RuleView struct {
 	Stats   rules.RuleStats `json:"stats"`
 }
 
+// MarshalJSON writes the rule's own fields and the view's. Without it the embedded rule's
+// MarshalJSON would be promoted and drop expired and stats.
+func (v RuleView) MarshalJSON() ([]byte, error) {
+	rule, err := json.Marshal(v.Rule)
+	if err != nil {
+		return nil, err
+	}
+	extra, err := json.Marshal(struct {
+		Expired bool            `json:"expired"`
+		Stats   rules.RuleStats `json:"stats"`
+	}{v.Expired, v.Stats})
+	if err != nil {
+		return nil, err
+	}
+	if len(rule) < 2 || rule[len(rule)-1] != '}' {
+		return nil, fmt.Errorf("rule encodes as %q, not an object", rule)
+	}
+	out := append(rule[:len(rule)-1:len(rule)-1], ',')
+	if len(rule) == 2 { // "{}"
+		out = out[:1]
+	}
+	return append(out, extra[1:]...), nil
+}
+
 // List returns the stored rules with their counters, ordered by id.
 func (s *Service) List(ctx context.Context) ([]RuleView, error) {
 	cur, err := s.store.ListRules(ctx)
