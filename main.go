@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,11 @@ type Config struct {
 }
 
 func main() {
+	// The guardian's live heap is small (tens of MB) but every step allocates: collecting
+	// less often buys a quarter more throughput for a few tens of MB. GOGC still overrides.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(400)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
