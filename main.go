@@ -211,12 +211,35 @@ func uiFS() fs.FS {
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseConfig("serve", args, stderr)
+	return launch("serve", args, stdout, stderr, "", func(ctx context.Context, srv *server, _ *slog.Logger) error {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hup:
+				srv.ReloadRules(ctx)
+			}
+		}
+	})
+}
+
+// launch parses the flags, starts the guardian, runs body until it returns (the signal
+// context ends, or the desktop window closes), then shuts the guardian down cleanly.
+func launch(name string, args []string, stdout, stderr io.Writer, banner string,
+	body func(ctx context.Context, srv *server, log *slog.Logger) error) int {
+	prefix := "vigil " + name
+	if name == "vigil" {
+		prefix = "vigil"
+	}
+	cfg, err := parseConfig(name, args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "vigil serve: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
 		return 2
 	}
 	log := newLogger(cfg, stderr)
@@ -224,26 +247,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv, err := startServer(ctx, cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "vigil serve: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "Vigil guardian listening on %s (AOS endpoint /aos)\n", srv.URL)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-hup:
-			srv.ReloadRules(ctx)
-		}
+	fmt.Fprintf(stdout, "Vigil guardian listening on %s (AOS endpoint /aos)%s\n", srv.URL, banner)
+	code := 0
+	if err := body(ctx, srv, log); err != nil {
+		log.Error(name, "err", err)
+		code = 1
 	}
 	log.Info("shutting down")
 	if err := srv.Shutdown(10 * time.Second); err != nil {
 		log.Error("shutdown", "err", err)
-		return 1
+		code = 1
 	}
-	return 0
+	return code
 }
