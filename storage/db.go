@@ -86,6 +86,9 @@ type DB struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// minutes counts recent steps per minute for Stats.
+	minutes *minuteCounts
+
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
 }
@@ -150,6 +153,9 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		return nil, err
 	}
 
+	if err := db.seedMinutes(ctx, time.Now()); err != nil {
+		return nil, fmt.Errorf("storage: %s: read recent counts: %w", abs, err)
+	}
 	go db.writer()
 	go db.checkpointer()
 	return db, nil

@@ -75,7 +75,7 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		Scan(&st.PendingHolds); err != nil {
 		return Stats{}, fmt.Errorf("storage: stats: pending holds: %w", err)
 	}
-	if st.PerMinute, err = perMinute(ctx, tx, now); err != nil {
+	if st.PerMinute, err = db.perMinute(ctx, tx, now); err != nil {
 		return Stats{}, fmt.Errorf("storage: stats: per minute: %w", err)
 	}
 	if err := queryInto(ctx, tx, &st.TopRules, func(r *RuleCount) []any { return []any{&r.RuleID, &r.Matches} },
@@ -100,9 +100,25 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	return st, nil
 }
 
-// perMinute counts steps by decision for each of the last 60 minutes, zeros included, from
-// the (received_at, decision) index alone.
-func perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteStats, error) {
+// perMinute counts steps by decision for each of the last 60 minutes, zeros included: from
+// the in-memory counts when they cover the window, else from the index.
+func (db *DB) perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteStats, error) {
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
+	start := end.Add(-statsMinutes * time.Minute)
+	if db.minutes != nil {
+		out := make([]MinuteStats, statsMinutes)
+		for i := range out {
+			out[i].Minute = start.Add(time.Duration(i) * time.Minute)
+		}
+		if db.minutes.window(start, out) {
+			return out, nil
+		}
+	}
+	return perMinuteQuery(ctx, tx, now)
+}
+
+// perMinuteQuery counts the window from the (received_at, decision) index alone.
+func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteStats, error) {
 	const minute = int64(time.Minute)
 	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // end of the current minute
 	start := end.Add(-statsMinutes * time.Minute)

@@ -121,6 +121,9 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 		return err
 	}
 	rec.Seq = seq
+	if db.minutes != nil {
+		db.minutes.add(rec.ReceivedAt, rec.Decision)
+	}
 	return nil
 }
 
