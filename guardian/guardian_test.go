@@ -511,3 +511,45 @@ func TestConcurrentAgents(t *testing.T) {
 		require.EqualValues(t, each, s.Steps)
 	}
 }
+
+// A long session: the rules see exactly the newest HistorySize steps and the true count.
+func TestHistoryWindow(t *testing.T) {
+	p := &historyPolicy{}
+	e := newEnv(t, "", guardian.Options{Policy: p}, guardian.Config{HistorySize: 5})
+	for i := range 23 {
+		body := strings.Replace(sessionSteps("sess-long")[1], `"stepId":"s2"`, fmt.Sprintf(`"stepId":"h%d"`, i), 1)
+		status, _ := e.post(body)
+		require.Equal(t, http.StatusOK, status)
+		count, ids := p.last()
+		require.Equal(t, i, count)
+		require.Len(t, ids, min(i, 5))
+		for j, seq := range ids {
+			if j > 0 {
+				require.Greater(t, seq, ids[j-1], "oldest first")
+			}
+		}
+	}
+}
+
+type historyPolicy struct {
+	mu    sync.Mutex
+	count int
+	seqs  []int64
+}
+
+func (p *historyPolicy) Decide(_ context.Context, _ *aos.Step, h *guardian.History, _ time.Time) guardian.Verdict {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count = h.StepCount
+	p.seqs = p.seqs[:0]
+	for _, s := range h.Steps {
+		p.seqs = append(p.seqs, s.Seq)
+	}
+	return guardian.Verdict{Decision: "allow"}
+}
+
+func (p *historyPolicy) last() (int, []int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count, slices.Clone(p.seqs)
+}

@@ -72,15 +72,22 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 func (s *sessionState) snapshot() *History {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &History{SessionID: s.id, StepCount: s.count, Steps: s.steps[:len(s.steps):len(s.steps)]}
+	steps := s.steps
+	if len(steps) > s.max {
+		steps = steps[len(steps)-s.max:]
+	}
+	return &History{SessionID: s.id, StepCount: s.count, Steps: steps[:len(steps):len(steps)]}
 }
 
 func (s *sessionState) add(rec storage.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.count++
-	if len(s.steps) >= s.max {
-		n := make([]rules.HistoryStep, 0, s.max)
+	// The slice holds up to twice the history and is cut back to it only then, so a long
+	// session costs one copy per HistorySize steps rather than one per step. Snapshots see
+	// the newest max steps; a cut makes a new array, so no snapshot is ever changed.
+	if len(s.steps) >= 2*s.max {
+		n := make([]rules.HistoryStep, 0, 2*s.max)
 		n = append(n, s.steps[len(s.steps)-s.max+1:]...)
 		s.steps = n
 	}
