@@ -2,7 +2,6 @@ package guardian
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -27,7 +27,7 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 		m(mux)
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
+		apijson.Error(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	mux.Handle("/", uiHandler(ui))
 	return g.hostCheck(securityHeaders(mux))
@@ -51,7 +51,7 @@ func (g *Guardian) hostCheck(next http.Handler) http.Handler {
 		}
 		host = strings.ToLower(strings.Trim(host, "[]"))
 		if !allowed[host] {
-			WriteError(w, http.StatusMisdirectedRequest, "host_not_allowed",
+			apijson.Error(w, http.StatusMisdirectedRequest, "host_not_allowed",
 				"host "+r.Host+" is not served here; use the address the guardian printed at start")
 			return
 		}
@@ -82,7 +82,7 @@ func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
 	if base == "" {
 		base = "http://" + r.Host
 	}
-	WriteJSON(w, http.StatusOK, Info{
+	apijson.Write(w, http.StatusOK, Info{
 		Version:     g.cfg.Version,
 		AOSEndpoint: strings.TrimRight(base, "/") + "/aos",
 		DB:          g.cfg.DBPath,
@@ -104,7 +104,7 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 	if page.Sessions == nil {
 		page.Sessions = []storage.Session{}
 	}
-	WriteJSON(w, http.StatusOK, page)
+	apijson.Write(w, http.StatusOK, page)
 }
 
 func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +113,7 @@ func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, s)
+	apijson.Write(w, http.StatusOK, s)
 }
 
 type stepsPage struct {
@@ -149,13 +149,13 @@ func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 		next := steps[len(steps)-1].Seq
 		page.Next = &next
 	}
-	WriteJSON(w, http.StatusOK, page)
+	apijson.Write(w, http.StatusOK, page)
 }
 
 func (g *Guardian) handleStep(w http.ResponseWriter, r *http.Request) {
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if err != nil || seq <= 0 {
-		WriteError(w, http.StatusBadRequest, "invalid_argument", "seq: must be a positive integer")
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", "seq: must be a positive integer")
 		return
 	}
 	rec, err := g.store.Step(r.Context(), seq)
@@ -163,7 +163,7 @@ func (g *Guardian) handleStep(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, rec)
+	apijson.Write(w, http.StatusOK, rec)
 }
 
 func (g *Guardian) handleStats(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +172,7 @@ func (g *Guardian) handleStats(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, st)
+	apijson.Write(w, http.StatusOK, st)
 }
 
 // Stats is the traffic summary of GET /api/stats, with the pending hold count.
@@ -189,15 +189,15 @@ func (g *Guardian) Stats(ctx context.Context) (storage.Stats, error) {
 
 func (g *Guardian) storeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, storage.ErrNotFound) {
-		WriteError(w, http.StatusNotFound, "not_found", err.Error())
+		apijson.Error(w, http.StatusNotFound, "not_found", err.Error())
 		return
 	}
 	if errors.Is(err, storage.ErrInvalidCursor) {
-		WriteError(w, http.StatusBadRequest, "invalid_argument", "before: not a cursor this server issued")
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", "before: not a cursor this server issued")
 		return
 	}
 	g.log.Error("api: store", "err", err)
-	WriteError(w, http.StatusInternalServerError, "internal", "internal error")
+	apijson.Error(w, http.StatusInternalServerError, "internal", "internal error")
 }
 
 // intParam parses an optional integer query parameter within [lo, hi]; it writes a 400
@@ -208,40 +208,11 @@ func intParam(w http.ResponseWriter, raw, name string, def, lo, hi int) (int, bo
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil || n < lo || n > hi {
-		WriteError(w, http.StatusBadRequest, "invalid_argument",
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument",
 			name+": must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
 		return 0, false
 	}
 	return n, true
-}
-
-// APIError is the body of every console API error.
-type APIError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// WriteError writes a console API error.
-func WriteError(w http.ResponseWriter, status int, code, message string) {
-	var e APIError
-	e.Error.Code = code
-	e.Error.Message = message
-	WriteJSON(w, status, e)
-}
-
-// WriteJSON writes v as a JSON response.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, `{"error":{"code":"internal","message":"encode response"}}`, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
 }
 
 // uiHandler serves the embedded console. Unknown paths get index.html so the client-side

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -166,7 +167,7 @@ func TestSessionRoundTrip(t *testing.T) {
 	resp := decode(t, one.Response)
 	require.Equal(t, aos.Allow, resp.Result.Decision)
 
-	var apiErr guardian.APIError
+	var apiErr apijson.ErrorBody
 	require.Equal(t, http.StatusNotFound, e.get("/api/sessions/nope", &apiErr))
 	require.Equal(t, "not_found", apiErr.Error.Code)
 	require.Equal(t, http.StatusNotFound, e.get("/api/steps/999999", &apiErr))

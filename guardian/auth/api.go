@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -423,7 +424,7 @@ func (a *Auth) handleListKeys(w http.ResponseWriter, r *http.Request, _ principa
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string][]Key{"keys": ks})
+	apijson.Write(w, http.StatusOK, map[string][]Key{"keys": ks})
 }
 
 func (a *Auth) handleCreateKey(w http.ResponseWriter, r *http.Request, p principal) {
@@ -448,7 +449,7 @@ func (a *Auth) handleCreateKey(w http.ResponseWriter, r *http.Request, p princip
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, struct {
+	apijson.Write(w, http.StatusCreated, struct {
 		Key    Key    `json:"key"`
 		Secret string `json:"secret"`
 	}{k, secret})
@@ -460,7 +461,7 @@ func (a *Auth) handleRevokeKey(w http.ResponseWriter, r *http.Request, p princip
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, k)
+	apijson.Write(w, http.StatusOK, k)
 }
 
 func (a *Auth) handleListUsers(w http.ResponseWriter, r *http.Request, _ principal) {
@@ -469,7 +470,7 @@ func (a *Auth) handleListUsers(w http.ResponseWriter, r *http.Request, _ princip
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string][]User{"users": us})
+	apijson.Write(w, http.StatusOK, map[string][]User{"users": us})
 }
 
 func (a *Auth) handleAddUser(w http.ResponseWriter, r *http.Request, p principal) {
@@ -488,7 +489,7 @@ func (a *Auth) handleAddUser(w http.ResponseWriter, r *http.Request, p principal
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, u)
+	apijson.Write(w, http.StatusCreated, u)
 }
 
 func (a *Auth) handleRemoveUser(w http.ResponseWriter, r *http.Request, p principal) {
@@ -497,5 +498,5 @@ func (a *Auth) handleRemoveUser(w http.ResponseWriter, r *http.Request, p princi
 		a.apiFailure(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, u)
+	apijson.Write(w, http.StatusOK, u)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -143,7 +144,7 @@ func (e *env) serverWith(t testing.TB, start func(http.Handler) *httptest.Server
 	for _, route := range consoleRoutes {
 		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 			op, ok := OperatorFrom(r)
-			writeJSON(w, http.StatusOK, echo{Route: route, Operator: op, SignedIn: ok})
+			apijson.Write(w, http.StatusOK, echo{Route: route, Operator: op, SignedIn: ok})
 		})
 	}
 	mux.HandleFunc("/aos", func(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +166,7 @@ func (e *env) serverWith(t testing.TB, start func(http.Handler) *httptest.Server
 		}
 		agent, scoped := AgentScope(r.Context())
 		id, _ := KeyID(r.Context())
-		writeJSON(w, http.StatusOK, echo{Route: "aos", Agent: agent, Scoped: scoped, KeyID: id})
+		apijson.Write(w, http.StatusOK, echo{Route: "aos", Agent: agent, Scoped: scoped, KeyID: id})
 	})
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "<!doctype html><title>Vigil</title>")

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -107,7 +108,7 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.SetCookie(w, a.sessionCookie(r, token, sess.ExpiresAt))
-	writeJSON(w, http.StatusOK, Me{Name: u.Name, Role: u.Role, CSRFToken: csrf, AuthRequired: true})
+	apijson.Write(w, http.StatusOK, Me{Name: u.Name, Role: u.Role, CSRFToken: csrf, AuthRequired: true})
 }
 
 func loginThrottled(wait time.Duration) *apiError {
@@ -200,7 +201,7 @@ func (a *Auth) handleLogout(w http.ResponseWriter, r *http.Request) {
 		a.emit(ev)
 	}
 	http.SetCookie(w, a.sessionCookie(r, "", time.Time{}))
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	apijson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
 // handleMe is GET /api/auth/me: who is signed in, or 401 {"error":{"code":"unauthenticated"}}.
@@ -211,8 +212,8 @@ func (a *Auth) handleMe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.open {
-		writeJSON(w, http.StatusOK, Me{Role: RoleAdmin})
+		apijson.Write(w, http.StatusOK, Me{Role: RoleAdmin})
 		return
 	}
-	writeJSON(w, http.StatusOK, Me{Name: p.name, Role: p.role, CSRFToken: p.csrf, AuthRequired: true})
+	apijson.Write(w, http.StatusOK, Me{Name: p.name, Role: p.role, CSRFToken: p.csrf, AuthRequired: true})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -52,7 +53,7 @@ func (m *Manager) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// now lets a console count down to each deadline without trusting its own clock.
-	writeJSON(w, http.StatusOK, map[string]any{"holds": hs, "now": m.clock.Now().UTC()})
+	apijson.Write(w, http.StatusOK, map[string]any{"holds": hs, "now": m.clock.Now().UTC()})
 }
 
 func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -61,7 +62,7 @@ func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
 		m.writeError(w, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, h)
+	apijson.Write(w, http.StatusOK, h)
 }
 
 type actionBody struct {
@@ -115,7 +116,7 @@ func (m *Manager) handleAction(action string) http.HandlerFunc {
 			m.writeError(w, err, &h)
 			return
 		}
-		writeJSON(w, http.StatusOK, h)
+		apijson.Write(w, http.StatusOK, h)
 	}
 }
 
@@ -136,7 +137,7 @@ func (m *Manager) handleControl(control string) http.HandlerFunc {
 			m.writeError(w, err, nil)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"sessionId": id, "control": m.Control(id)})
+		apijson.Write(w, http.StatusOK, map[string]string{"sessionId": id, "control": m.Control(id)})
 	}
 }
 
@@ -164,7 +165,7 @@ func (m *Manager) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if n := len(entries); n > 0 && n == effectiveAuditLimit(aq.Limit) {
 		next = &entries[n-1].ID
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": entries, "next": next})
+	apijson.Write(w, http.StatusOK, map[string]any{"entries": entries, "next": next})
 }
 
 // effectiveAuditLimit mirrors the store's clamping, to tell a full page from the last one.
@@ -275,12 +276,5 @@ func (m *Manager) writeError(w http.ResponseWriter, err error, h *Hold) {
 		status, e = http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error; see the guardian's log"}
 	}
 	body["error"] = e
-	writeJSON(w, status, body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the client may have gone; nothing to do then
+	apijson.Write(w, status, body)
 }

@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 )
 
 // ServeHTTP upgrades GET /api/live?after=SEQ&session=ID to a websocket and streams events.
@@ -21,18 +22,18 @@ import (
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		apijson.Error(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
 		return
 	}
 	if !h.originAllowed(r) {
 		h.log.Info("rejected a websocket from another origin", "origin", r.Header.Get("Origin"), "host", r.Host)
-		writeError(w, http.StatusForbidden, "forbidden", "origin not allowed")
+		apijson.Error(w, http.StatusForbidden, "forbidden", "origin not allowed")
 		return
 	}
 	if h.opts.Authorize != nil {
 		if err := h.opts.Authorize(r); err != nil {
 			h.log.Info("rejected an unauthorized websocket", "err", err)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "not authorized")
+			apijson.Error(w, http.StatusUnauthorized, "unauthorized", "not authorized")
 			return
 		}
 	}
@@ -41,20 +42,20 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if q.Has("after") {
 		n, err := strconv.ParseInt(q.Get("after"), 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", "after must be a seq (an integer >= 0)")
+			apijson.Error(w, http.StatusBadRequest, "bad_request", "after must be a seq (an integer >= 0)")
 			return
 		}
 		after = n
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
-		writeError(w, http.StatusBadRequest, "bad_request", "websocket upgrade required")
+		apijson.Error(w, http.StatusBadRequest, "bad_request", "websocket upgrade required")
 		return
 	}
 
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
 		return
 	}
 	h.conns.Add(1)
@@ -77,7 +78,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.register <- c:
 		<-c.registered
 	case <-h.stopping:
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
 		return
 	case <-r.Context().Done():
 		return
@@ -268,18 +269,4 @@ func (h *Hub) write(conn *websocket.Conn, data []byte) error {
 		return err
 	}
 	return conn.WriteMessage(websocket.TextMessage, data)
-}
-
-// writeError answers with the API's error body.
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	body.Error.Code, body.Error.Message = code, message
-	_ = json.NewEncoder(w).Encode(body)
 }

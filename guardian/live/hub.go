@@ -29,6 +29,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -221,7 +222,7 @@ func NewHub(opts Options) *Hub {
 			if status >= http.StatusInternalServerError {
 				code = "internal"
 			}
-			writeError(w, status, code, reason.Error())
+			apijson.Error(w, status, code, reason.Error())
 		},
 	}
 	return h

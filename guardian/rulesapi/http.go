@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -46,7 +47,7 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": list})
+	apijson.Write(w, http.StatusOK, map[string]any{"rules": list})
 }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -55,7 +56,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	apijson.Write(w, http.StatusOK, v)
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +70,7 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/api/rules/"+saved.ID)
-	writeJSON(w, http.StatusCreated, s.view(saved))
+	apijson.Write(w, http.StatusCreated, s.view(saved))
 }
 
 func (s *Service) handleUpdate(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +92,7 @@ func (s *Service) handleUpdate(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(saved))
+	apijson.Write(w, http.StatusOK, s.view(saved))
 }
 
 func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +101,7 @@ func (s *Service) handleDelete(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ruleId": gone.ID, "version": gone.Version})
+	apijson.Write(w, http.StatusOK, map[string]any{"ruleId": gone.ID, "version": gone.Version})
 }
 
 func (s *Service) handleEnable(enabled bool) http.HandlerFunc {
@@ -110,7 +111,7 @@ func (s *Service) handleEnable(enabled bool) http.HandlerFunc {
 			s.writeErr(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, s.view(saved))
+		apijson.Write(w, http.StatusOK, s.view(saved))
 	}
 }
 
@@ -120,7 +121,7 @@ func (s *Service) handleVersions(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"versions": vs})
+	apijson.Write(w, http.StatusOK, map[string]any{"versions": vs})
 }
 
 func (s *Service) handleVersion(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +134,7 @@ func (s *Service) handleVersion(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	apijson.Write(w, http.StatusOK, v)
 }
 
 func (s *Service) handleRestore(w http.ResponseWriter, r *http.Request) {
@@ -146,7 +147,7 @@ func (s *Service) handleRestore(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(saved))
+	apijson.Write(w, http.StatusOK, s.view(saved))
 }
 
 func (s *Service) versionParam(w http.ResponseWriter, r *http.Request) (int, bool) {
@@ -181,7 +182,7 @@ func (s *Service) handleDiff(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	apijson.Write(w, http.StatusOK, d)
 }
 
 // validateRequest is the body of POST /api/rules/validate: one of rule, when or rules.
@@ -217,7 +218,7 @@ func (s *Service) handleValidate(w http.ResponseWriter, r *http.Request) {
 	if diags == nil {
 		diags = []rules.Diagnostic{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": len(diags) == 0, "errors": diags})
+	apijson.Write(w, http.StatusOK, map[string]any{"ok": len(diags) == 0, "errors": diags})
 }
 
 func (s *Service) handleTest(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +231,7 @@ func (s *Service) handleTest(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	apijson.Write(w, http.StatusOK, res)
 }
 
 func (s *Service) handleBacktest(w http.ResponseWriter, r *http.Request) {
@@ -243,7 +244,7 @@ func (s *Service) handleBacktest(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	apijson.Write(w, http.StatusOK, res)
 }
 
 func (s *Service) handleExport(w http.ResponseWriter, r *http.Request) {
@@ -298,7 +299,7 @@ func (s *Service) handleImport(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"changed": n, "rules": list})
+	apijson.Write(w, http.StatusOK, map[string]any{"changed": n, "rules": list})
 }
 
 func (s *Service) handleReload(w http.ResponseWriter, r *http.Request) {
@@ -307,7 +308,7 @@ func (s *Service) handleReload(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"changed": n, "file": s.opts.RulesFile})
+	apijson.Write(w, http.StatusOK, map[string]any{"changed": n, "file": s.opts.RulesFile})
 }
 
 // readJSON decodes a JSON body of at most limit bytes into v, answering the error itself
@@ -353,29 +354,23 @@ func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		if len(inv.Diagnostics) > 0 {
 			msg += ": " + inv.Diagnostics[0].String()
 		}
-		writeJSON(w, http.StatusBadRequest, apiError{errorBody{"invalid_rule", msg, inv.Diagnostics}})
+		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_rule", msg, inv.Diagnostics}})
 	case errors.As(err, &fe):
-		writeJSON(w, http.StatusBadRequest, apiError{errorBody{"invalid_file", fe.Error(),
+		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_file", fe.Error(),
 			[]filePosition{{File: fe.File, Line: fe.Line, Column: fe.Column, Message: fe.Message}}}})
 	case errors.Is(err, storage.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, apiError{errorBody{Code: "not_found", Message: err.Error()}})
+		apijson.Write(w, http.StatusNotFound, apiError{errorBody{Code: "not_found", Message: err.Error()}})
 	case errors.Is(err, ErrConflict):
-		writeJSON(w, http.StatusConflict, apiError{errorBody{Code: "conflict", Message: err.Error()}})
+		apijson.Write(w, http.StatusConflict, apiError{errorBody{Code: "conflict", Message: err.Error()}})
 	case errors.As(err, &tooBig):
-		writeJSON(w, http.StatusRequestEntityTooLarge, apiError{errorBody{Code: "too_large",
+		apijson.Write(w, http.StatusRequestEntityTooLarge, apiError{errorBody{Code: "too_large",
 			Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}})
 	case errors.Is(err, ErrBadRequest):
 		msg := strings.TrimSuffix(err.Error(), ": "+ErrBadRequest.Error())
-		writeJSON(w, http.StatusBadRequest, apiError{errorBody{Code: "invalid_request", Message: msg}})
+		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{Code: "invalid_request", Message: msg}})
 	default:
 		s.log.Error("rules API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeJSON(w, http.StatusInternalServerError, apiError{errorBody{Code: "internal",
+		apijson.Write(w, http.StatusInternalServerError, apiError{errorBody{Code: "internal",
 			Message: "internal error; see the guardian's log"}})
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the client may have gone; nothing to do then
 }
