@@ -185,12 +185,11 @@ func (db *DB) CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]Eve
 			holdNanos(row.DecidedAt), row.Note, holdText(row.Params)); err != nil {
 			return fmt.Errorf("storage: insert hold %s: %w", row.ID, err)
 		}
-		seq, err := db.NextSeqTx(tx, EventHoldCreated, row.SessionID, row.CreatedAt, payload)
+		ev, err := db.eventTx(tx, EventHoldCreated, row.SessionID, row.CreatedAt, payload)
 		if err != nil {
 			return err
 		}
-		events = append(events, Event{Seq: seq, Type: EventHoldCreated, SessionID: row.SessionID,
-			At: row.CreatedAt, Payload: payload})
+		events = append(events, ev)
 		if auditArgs != nil {
 			ev, err := db.appendAuditTx(tx, auditArgs)
 			if err != nil {
@@ -286,12 +285,11 @@ func (db *DB) resolvedEventsTx(tx *sql.Tx, h Hold, a *auditArgs) ([]Event, error
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode hold %s: %w", h.ID, err)
 	}
-	seq, err := db.NextSeqTx(tx, EventHoldResolved, h.SessionID, h.DecidedAt, payload)
+	ev, err := db.eventTx(tx, EventHoldResolved, h.SessionID, h.DecidedAt, payload)
 	if err != nil {
 		return nil, err
 	}
-	events := []Event{{Seq: seq, Type: EventHoldResolved, SessionID: h.SessionID,
-		At: h.DecidedAt, Payload: payload}}
+	events := []Event{ev}
 	if a == nil {
 		return events, nil
 	}
@@ -306,7 +304,7 @@ func (db *DB) resolvedEventsTx(tx *sql.Tx, h Hold, a *auditArgs) ([]Event, error
 	fill(&e.RuleID, h.RuleID)
 	fill(&e.Decision, h.Decision)
 	fill(&e.Note, h.Note)
-	ev, err := db.appendAuditTx(tx, a)
+	ev, err = db.appendAuditTx(tx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -519,12 +517,11 @@ func (db *DB) SetSessionControl(ctx context.Context, c SessionControl, audit *Au
 			c.SessionID, at, at, state); err != nil {
 			return fmt.Errorf("storage: set control of session %q: %w", c.SessionID, err)
 		}
-		seq, err := db.NextSeqTx(tx, EventSessionControl, c.SessionID, c.At, payload)
+		ev, err := db.eventTx(tx, EventSessionControl, c.SessionID, c.At, payload)
 		if err != nil {
 			return err
 		}
-		events = append(events, Event{Seq: seq, Type: EventSessionControl, SessionID: c.SessionID,
-			At: c.At, Payload: payload})
+		events = append(events, ev)
 		if a != nil {
 			ev, err := db.appendAuditTx(tx, a)
 			if err != nil {

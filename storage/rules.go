@@ -335,11 +335,7 @@ func (db *DB) ruleEvent(tx *sql.Tx, p RuleChangedPayload, at time.Time) (Event, 
 	if err != nil {
 		return Event{}, fmt.Errorf("storage: encode rule event: %w", err)
 	}
-	seq, err := db.NextSeqTx(tx, EventRuleChanged, "", at, js)
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{Seq: seq, Type: EventRuleChanged, At: at, Payload: js}, nil
+	return db.eventTx(tx, EventRuleChanged, "", at, js)
 }
 
 // StepsBefore returns the newest steps of all sessions with seq < before (0: no bound), at

@@ -130,14 +130,24 @@ func (db *DB) Exec(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // seq from the shared sequence. payload is the event's JSON body as published live (nil
 // stores null). Steps are stored with SaveStep, never through here.
 func (db *DB) NextSeqTx(tx *sql.Tx, typ, sessionID string, at time.Time, payload []byte) (int64, error) {
+	ev, err := db.eventTx(tx, typ, sessionID, at, payload)
+	return ev.Seq, err
+}
+
+// eventTx appends an event inside tx and returns it as it is published live.
+func (db *DB) eventTx(tx *sql.Tx, typ, sessionID string, at time.Time, payload []byte) (Event, error) {
 	p, err := checkEvent(typ, payload)
 	if err != nil {
-		return 0, err
+		return Event{}, err
 	}
 	if at.IsZero() {
 		at = time.Now()
 	}
-	return insertEvent(tx.Stmt(db.stmts.insertEvent), typ, sessionID, at, p)
+	seq, err := insertEvent(tx.Stmt(db.stmts.insertEvent), typ, sessionID, at, p)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{Seq: seq, Type: typ, SessionID: sessionID, At: at, Payload: payload}, nil
 }
 
 func insertEvent(st *sql.Stmt, typ, sessionID string, at time.Time, payload any) (int64, error) {
