@@ -175,14 +175,11 @@ func (g *Guardian) handleStats(w http.ResponseWriter, r *http.Request) {
 	apijson.Write(w, http.StatusOK, st)
 }
 
-// Stats is the traffic summary of GET /api/stats, with the pending hold count.
+// Stats is the traffic summary of GET /api/stats (pending holds included, from the store).
 func (g *Guardian) Stats(ctx context.Context) (storage.Stats, error) {
 	st, err := g.store.Stats(ctx, g.now())
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
-	}
-	if c, ok := g.holds.(interface{ Pending() int }); ok && g.holds != nil {
-		st.PendingHolds = int64(c.Pending())
 	}
 	return st, nil
 }

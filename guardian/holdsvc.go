@@ -50,9 +50,6 @@ type ManagerHolds struct{ M *holds.Manager }
 // Control implements HoldService.
 func (h ManagerHolds) Control(sessionID string) string { return h.M.Control(sessionID) }
 
-// Pending is the number of holds waiting for an operator.
-func (h ManagerHolds) Pending() int { return h.M.Pending() }
-
 // AttachStep implements HoldService.
 func (h ManagerHolds) AttachStep(ctx context.Context, holdID string, seq int64) error {
 	return h.M.AttachStep(ctx, holdID, seq)

@@ -253,6 +253,9 @@ func TestResolvePendingOnStartupAfterReopen(t *testing.T) {
 	s, err := db.Session(ctx, "s1")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, s.PendingHolds)
+	st, err := db.Stats(ctx, holdT0)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.PendingHolds, "the dashboard counts pending holds from the store")
 	require.NoError(t, db.Close())
 
 	db = openHoldDB(t, path)
