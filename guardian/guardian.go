@@ -231,9 +231,8 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 		}
 	}
 	if g.pub != nil {
-		if payload, err := json.Marshal(rec); err == nil {
-			g.pub.Publish(storage.Event{Seq: rec.Seq, Type: "step", SessionID: sessionID, At: rec.ReceivedAt, Payload: payload})
-		}
+		payload := rec.AppendJSON(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)))
+		g.pub.Publish(storage.Event{Seq: rec.Seq, Type: "step", SessionID: sessionID, At: rec.ReceivedAt, Payload: payload})
 	}
 	if step.IsNotification() {
 		return Outcome{Record: rec}, nil

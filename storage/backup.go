@@ -71,8 +71,17 @@ func Backup(ctx context.Context, src, dest string, overwrite bool) (BackupResult
 		}
 	}()
 
+	// The journal is read before the copy is made: a step copied from it into the tables
+	// meanwhile is then in the copy, and one still journaled is in what was read.
+	journaled, err := journaledSteps(srcAbs)
+	if err != nil {
+		return BackupResult{}, fmt.Errorf("storage: backup: %w", err)
+	}
 	if err := vacuumInto(ctx, srcAbs, tmpPath); err != nil {
 		return BackupResult{}, fmt.Errorf("storage: backup %s: %w", srcAbs, err)
+	}
+	if err := storeJournaled(ctx, tmpPath, journaled); err != nil {
+		return BackupResult{}, fmt.Errorf("storage: backup: add journaled steps: %w", err)
 	}
 	if err := syncFile(tmpPath); err != nil {
 		return BackupResult{}, fmt.Errorf("storage: backup: %w", err)
@@ -105,6 +114,48 @@ func vacuumInto(ctx context.Context, src, dest string) error {
 		return fmt.Errorf("vacuum into %s: %w", dest, err)
 	}
 	return db.Close()
+}
+
+// storeJournaled adds to the database at path the journaled steps it does not hold: those
+// after its newest seq.
+func storeJournaled(ctx context.Context, path string, steps []StepRecord) (err error) {
+	if len(steps) == 0 {
+		return nil
+	}
+	db, err := sql.Open("sqlite", readOnlyDSN(path, 5*time.Second, false)+"&_pragma=foreign_keys(1)")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, db.Close()) }()
+	db.SetMaxOpenConns(1)
+	var stmts writeStmts
+	if err := stmts.prepare(ctx, db); err != nil {
+		return err
+	}
+	defer stmts.close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var last int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+		return err
+	}
+	b := &batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}
+	for i := range steps {
+		if steps[i].Seq <= last {
+			continue
+		}
+		a, err := newStepArgs(&steps[i])
+		if err != nil {
+			return err
+		}
+		if err := a.insert(b, steps[i].Seq); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // place moves tmp to dest: with overwrite by rename; without, by a hard link that fails if

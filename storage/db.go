@@ -39,6 +39,9 @@ type Options struct {
 	QueueSize int
 	// Logger receives failures the writer cannot return to a caller (default slog.Default()).
 	Logger *slog.Logger
+	// IngestDelay is the longest a saved step waits in the step journal before it is copied
+	// into the tables, unless a query or another write needs it sooner (default 100ms).
+	IngestDelay time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -56,6 +59,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.IngestDelay <= 0 {
+		o.IngestDelay = ingestDelay
 	}
 	return o
 }
@@ -88,6 +94,19 @@ type DB struct {
 
 	// minutes counts recent steps per minute for Stats.
 	minutes *minuteCounts
+
+	// The step journal and the steps in it not yet in SQLite; the writer goroutine owns
+	// these (and nextSeq, the seq the next journaled step gets).
+	journal         *journal
+	pending         []pendingStep
+	pendingBytes    int
+	nextSeq         int64
+	ingestWait      time.Duration
+	sinceCheckpoint int
+	// pendingN and pendSessions tell readers whether they must wait for the journal.
+	pendingN     atomic.Int64
+	pendMu       sync.Mutex
+	pendSessions map[string]struct{}
 
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
@@ -129,6 +148,9 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		writerDone: make(chan struct{}),
 		ckptKick:   make(chan struct{}, 1),
 		ckptDone:   make(chan struct{}),
+
+		ingestWait:   opts.IngestDelay,
+		pendSessions: make(map[string]struct{}),
 	}
 	defer func() {
 		if err != nil {
@@ -145,6 +167,13 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	}
 	if err := db.stmts.prepare(ctx, db.w); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", abs, err)
+	}
+	recs, err := db.openJournal()
+	if err != nil {
+		return nil, err
+	}
+	if err := db.replayJournal(ctx, recs); err != nil {
+		return nil, fmt.Errorf("storage: %s: replay step journal: %w", abs, err)
 	}
 	if db.ckpt, err = openPool(ctx, abs, roleCheckpointer, 1, opts.BusyTimeout); err != nil {
 		return nil, err
@@ -214,11 +243,25 @@ func dsn(abs string, busy time.Duration, role connRole) string {
 	return u.String()
 }
 
+// JournalPath is the step journal of the database at path: it belongs with the database
+// file (and its -wal) as long as Vigil runs; a clean Close leaves it empty.
+func JournalPath(path string) string { return path + "-steplog" }
+
+func (db *DB) openJournal() ([][]byte, error) {
+	j, recs, err := openJournal(JournalPath(db.path))
+	if err != nil {
+		return nil, err
+	}
+	db.journal = j
+	return recs, nil
+}
+
 // Path is the absolute path of the database file.
 func (db *DB) Path() string { return db.path }
 
 // Reader is the read-only connection pool, for queries of features that keep their own
-// tables in this database. Writes through it fail (query_only).
+// tables in this database. Writes through it fail (query_only). It does not wait for steps
+// still in the journal: call Flush first to see every saved step.
 func (db *DB) Reader() *sql.DB { return db.r }
 
 // Close stops accepting writes, lets the writer commit everything already queued,
@@ -257,10 +300,16 @@ func (db *DB) Close() error {
 	return db.closeErr
 }
 
-// closeConns closes the prepared statements and every pool that is open.
+// closeConns closes the prepared statements, every pool that is open and the journal.
 func (db *DB) closeConns() error {
 	db.stmts.close()
 	var errs []error
+	if db.journal != nil {
+		if err := db.journal.close(); err != nil {
+			errs = append(errs, err)
+		}
+		db.journal = nil
+	}
 	for _, p := range []*sql.DB{db.r, db.ckpt, db.w} {
 		if p == nil {
 			continue

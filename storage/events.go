@@ -13,6 +13,9 @@ import (
 // returns it, so a client replaying the log sees the same JSON as GET /api/steps/{seq}.
 func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]Event, error) {
 	limit = clamp(limit, 500, 1000)
+	if err := db.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
+	}
 	// One read transaction: the events and the steps they point to come from one snapshot.
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

@@ -55,7 +55,10 @@ type querier interface {
 // It streams: rows are read a page at a time, each page its own short read, so it can run
 // against a database the guardian is writing.
 func (db *DB) Export(ctx context.Context, w io.Writer, opts ExportOptions) (ExportResult, error) {
-	return export(ctx, db.r, w, opts)
+	if err := db.Flush(ctx); err != nil {
+		return ExportResult{}, fmt.Errorf("storage: export: %w", err)
+	}
+	return export(ctx, db.r, nil, w, opts)
 }
 
 // ReadOnly is a read-only handle on a Vigil database file, for tools (export, checks) that
@@ -154,13 +157,29 @@ func (ro *ReadOnly) Close() error {
 
 // Export writes records as DB.Export does.
 func (ro *ReadOnly) Export(ctx context.Context, w io.Writer, opts ExportOptions) (ExportResult, error) {
-	return export(ctx, ro.db, w, opts)
+	// Read before the tables: a step copied from the journal meanwhile is then in the
+	// tables, and one still journaled is in what was read.
+	journaled, err := journaledSteps(ro.path)
+	if err != nil {
+		return ExportResult{}, err
+	}
+	return export(ctx, ro.db, journaled, w, opts)
 }
 
 // Step returns the step with the given seq, or ErrNotFound.
 func (ro *ReadOnly) Step(ctx context.Context, seq int64) (StepRecord, error) {
 	rec, err := scanStep(ro.db.QueryRowContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = ?`, seq))
 	if errors.Is(err, sql.ErrNoRows) {
+		// Answered by a running guardian but not yet in the tables?
+		journaled, jerr := journaledSteps(ro.path)
+		if jerr != nil {
+			return StepRecord{}, jerr
+		}
+		for _, j := range journaled {
+			if j.Seq == seq {
+				return j, nil
+			}
+		}
 		return StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, ErrNotFound)
 	}
 	if err != nil {
@@ -169,11 +188,12 @@ func (ro *ReadOnly) Step(ctx context.Context, seq int64) (StepRecord, error) {
 	return rec, nil
 }
 
-func export(ctx context.Context, q querier, w io.Writer, opts ExportOptions) (ExportResult, error) {
+// export writes what q holds, followed by the journaled steps not in the tables yet.
+func export(ctx context.Context, q querier, journaled []StepRecord, w io.Writer, opts ExportOptions) (ExportResult, error) {
 	var res ExportResult
 	bw := bufio.NewWriterSize(w, 64<<10)
 	if opts.Steps {
-		n, err := exportSteps(ctx, q, bw, opts)
+		n, err := exportSteps(ctx, q, journaled, bw, opts)
 		res.Steps = n
 		if err != nil {
 			return res, err
@@ -208,10 +228,32 @@ func (o ExportOptions) filter(key, timeCol string, after, last int64) (string, [
 	return strings.Join(where, " AND "), args
 }
 
-func exportSteps(ctx context.Context, q querier, w *bufio.Writer, opts ExportOptions) (int64, error) {
+func exportSteps(ctx context.Context, q querier, journaled []StepRecord, w *bufio.Writer, opts ExportOptions) (int64, error) {
+	n, last, err := exportStoredSteps(ctx, q, w, opts)
+	if err != nil {
+		return n, err
+	}
+	// Journaled steps after the newest stored one were not in the tables when the export
+	// started (the journal is copied in seq order, all at once).
+	for i := range journaled {
+		rec := &journaled[i]
+		if rec.Seq <= last || rec.ReceivedAt.Before(opts.Since) ||
+			(opts.SessionID != "" && rec.SessionID != opts.SessionID) {
+			continue
+		}
+		if err := writeRecord(w, RecordStep, rec); err != nil {
+			return n, fmt.Errorf("storage: export step %d: %w", rec.Seq, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// exportStoredSteps writes the steps in the tables and returns how many, and the newest seq.
+func exportStoredSteps(ctx context.Context, q querier, w *bufio.Writer, opts ExportOptions) (int64, int64, error) {
 	var last int64
 	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM steps`).Scan(&last); err != nil {
-		return 0, fmt.Errorf("storage: export steps: %w", err)
+		return 0, last, fmt.Errorf("storage: export steps: %w", err)
 	}
 	var n, after int64
 	if !opts.Since.IsZero() {
@@ -220,10 +262,10 @@ func exportSteps(ctx context.Context, q querier, w *bufio.Writer, opts ExportOpt
 		var first sql.NullInt64
 		if err := q.QueryRowContext(ctx, `SELECT min(seq) FROM steps WHERE received_at >= ?`,
 			opts.Since.UnixNano()).Scan(&first); err != nil {
-			return 0, fmt.Errorf("storage: export steps: %w", err)
+			return 0, last, fmt.Errorf("storage: export steps: %w", err)
 		}
 		if !first.Valid {
-			return 0, nil
+			return 0, last, nil
 		}
 		after = first.Int64 - 1
 	}
@@ -232,20 +274,20 @@ func exportSteps(ctx context.Context, q querier, w *bufio.Writer, opts ExportOpt
 		rows, err := q.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE `+where+
 			` ORDER BY seq LIMIT ?`, append(args, exportPage)...)
 		if err != nil {
-			return n, fmt.Errorf("storage: export steps: %w", err)
+			return n, last, fmt.Errorf("storage: export steps: %w", err)
 		}
 		page, err := collectSteps(rows, exportPage)
 		if err != nil {
-			return n, fmt.Errorf("storage: export steps: %w", err)
+			return n, last, fmt.Errorf("storage: export steps: %w", err)
 		}
 		for i := range page {
 			if err := writeRecord(w, RecordStep, &page[i]); err != nil {
-				return n, fmt.Errorf("storage: export step %d: %w", page[i].Seq, err)
+				return n, last, fmt.Errorf("storage: export step %d: %w", page[i].Seq, err)
 			}
 			n++
 		}
 		if len(page) < exportPage {
-			return n, nil
+			return n, last, nil
 		}
 		after = page[len(page)-1].Seq
 	}

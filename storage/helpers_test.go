@@ -114,6 +114,7 @@ func bulkSteps(t testing.TB, db *DB, sid, tool string, n int) {
 func countRows(t testing.TB, db *DB, table string) int {
 	t.Helper()
 	var n int
+	require.NoError(t, db.Flush(context.Background()))
 	require.NoError(t, db.Reader().QueryRow(fmt.Sprintf("SELECT count(*) FROM %s", table)).Scan(&n))
 	return n
 }

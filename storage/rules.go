@@ -346,6 +346,9 @@ func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]StepR
 	if before <= 0 {
 		before = math.MaxInt64
 	}
+	if err := db.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("storage: steps before %d: %w", before, err)
+	}
 	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
 		WHERE seq < ? ORDER BY seq DESC LIMIT ?`, before, limit)
 	if err != nil {
@@ -365,6 +368,9 @@ func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before i
 	limit = clamp(limit, 200, 1000)
 	if before <= 0 {
 		before = math.MaxInt64
+	}
+	if err := db.flushSession(ctx, sessionID); err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q before %d: %w", sessionID, before, err)
 	}
 	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, sessionID, before, limit)

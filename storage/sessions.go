@@ -52,6 +52,9 @@ func (db *DB) Sessions(ctx context.Context, q SessionQuery) (SessionPage, error)
 	query += ` ORDER BY s.last_seen DESC, s.id DESC LIMIT ?`
 	args = append(args, limit+1)
 
+	if err := db.Flush(ctx); err != nil {
+		return SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
+	}
 	rows, err := db.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
@@ -78,6 +81,9 @@ func (db *DB) Sessions(ctx context.Context, q SessionQuery) (SessionPage, error)
 
 // Session returns one session's summary, or ErrNotFound.
 func (db *DB) Session(ctx context.Context, id string) (Session, error) {
+	if err := db.flushSession(ctx, id); err != nil {
+		return Session{}, fmt.Errorf("storage: session %q: %w", id, err)
+	}
 	row := db.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id)
 	s, err := scanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {

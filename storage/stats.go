@@ -60,6 +60,9 @@ const (
 
 // Stats computes the dashboard summary as of now.
 func (db *DB) Stats(ctx context.Context, now time.Time) (Stats, error) {
+	if err := db.Flush(ctx); err != nil {
+		return Stats{}, fmt.Errorf("storage: stats: %w", err)
+	}
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return Stats{}, fmt.Errorf("storage: stats: %w", err)

@@ -74,11 +74,12 @@ type stepArgs struct {
 }
 
 // SaveStep stores rec and its "step" event, updates the session summary, sets rec.Seq and
-// returns once the write has committed. It normalises rec to what a read returns (UTC
-// ReceivedAt, non-nil MatchedRules), so rec marshals to the same JSON as GET
-// /api/steps/{seq}. A zero ReceivedAt is set to now. A Request or Response that is not
-// valid JSON is stored as a JSON string holding its bytes, so nothing is lost and every
-// read stays valid JSON.
+// returns once the step is durable: in the step journal, from which it
+// reaches the tables shortly after (queries wait for that, so they always see it). It
+// normalises rec to what a read returns (UTC ReceivedAt, non-nil MatchedRules), so rec
+// marshals to the same JSON as GET /api/steps/{seq}. A zero ReceivedAt is set to now. A
+// Request or Response that is not valid JSON is stored as a JSON string holding its bytes,
+// so nothing is lost and every read stays valid JSON.
 func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	switch {
 	case rec.SessionID == "":
@@ -99,50 +100,54 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	}
 	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
 	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
-	rules, err := json.Marshal(rec.MatchedRules)
-	if err != nil {
-		return fmt.Errorf("storage: encode matched rules: %w", err)
-	}
-	a := &stepArgs{
-		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
-		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
-		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
-		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
-		response: nullableText(rec.Response), matchedRules: string(rules),
-		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
-	}
-	var seq int64
-	err = db.submit(ctx, &op{run: func(b *batchTx) error {
-		var err error
-		seq, err = a.insert(b)
-		return err
-	}})
+	a, err := newStepArgs(rec)
 	if err != nil {
 		return err
 	}
-	rec.Seq = seq
+	// The JSON is built here, on the caller's goroutine, in parallel with other callers;
+	// the writer only puts the seq in front.
+	so := &stepOp{args: a, fields: appendStepFields(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)), rec)}
+	if err := db.submit(ctx, &op{step: so}); err != nil {
+		return err
+	}
+	rec.Seq = so.seq
 	if db.minutes != nil {
 		db.minutes.add(rec.ReceivedAt, rec.Decision)
 	}
 	return nil
 }
 
-func (a *stepArgs) insert(b *batchTx) (int64, error) {
-	seq, err := insertEvent(b.stmt(b.stmts.insertEvent), EventStep, a.sessionID,
-		time.Unix(0, a.receivedAt), nil)
+// newStepArgs copies a normalised record into the form the writer inserts.
+func newStepArgs(rec *StepRecord) (*stepArgs, error) {
+	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("storage: encode matched rules: %w", err)
+	}
+	return &stepArgs{
+		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
+		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
+		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
+		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
+		response: nullableText(rec.Response), matchedRules: string(rules),
+		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
+	}, nil
+}
+
+// insert writes the step with its seq: event, step row and session summary.
+func (a *stepArgs) insert(b *batchTx, seq int64) error {
+	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.sessionID, a.receivedAt); err != nil {
+		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
 	}
 	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
 		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
 		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held); err != nil {
-		return 0, fmt.Errorf("storage: insert step: %w", err)
+		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	if _, err := b.stmt(b.stmts.upsertSession).Exec(a.sessionID, a.agentID, a.agentName,
 		a.userID, a.receivedAt, seq, a.method, a.decision, `$."`+a.decision+`"`); err != nil {
-		return 0, fmt.Errorf("storage: update session %q: %w", a.sessionID, err)
+		return fmt.Errorf("storage: update session %q: %w", a.sessionID, err)
 	}
-	return seq, nil
+	return nil
 }
 
 // storedJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
@@ -169,6 +174,9 @@ func nullableText(raw json.RawMessage) any {
 
 // Step returns the step with the given seq, or ErrNotFound.
 func (db *DB) Step(ctx context.Context, seq int64) (StepRecord, error) {
+	if err := db.Flush(ctx); err != nil {
+		return StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, err)
+	}
 	row := db.r.QueryRowContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = ?`, seq)
 	rec, err := scanStep(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -184,6 +192,9 @@ func (db *DB) Step(ctx context.Context, seq int64) (StepRecord, error) {
 // Limit is clamped to 1..1000 and defaults to 200. An unknown session has no steps.
 func (db *DB) Steps(ctx context.Context, q StepQuery) ([]StepRecord, error) {
 	limit := clamp(q.Limit, 200, 1000)
+	if err := db.flushSession(ctx, q.SessionID); err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
 	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, q.SessionID, q.After, limit)
 	if err != nil {
@@ -203,6 +214,9 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]S
 		return []StepRecord{}, nil
 	}
 	limit = min(limit, 1000)
+	if err := db.flushSession(ctx, sessionID); err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
 	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, limit)
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 type op struct {
 	ctx context.Context
 	run func(b *batchTx) error
+	// step, when set, makes this a SaveStep: the writer journals it instead of running run.
+	step *stepOp
 	// savepoint isolates run's failure from the rest of the batch (Exec functions).
 	savepoint bool
 	done      chan struct{}
@@ -44,8 +46,8 @@ func (b *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
 // writeStmts are prepared once on the writer connection and reused by every batch.
 type writeStmts struct {
 	savepoint, release, rollbackTo *sql.Stmt
-	insertEvent, insertStep        *sql.Stmt
-	upsertSession                  *sql.Stmt
+	insertEvent, insertStepEvent   *sql.Stmt
+	insertStep, upsertSession      *sql.Stmt
 }
 
 func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -57,6 +59,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.release, "RELEASE op"},
 		{&s.rollbackTo, "ROLLBACK TO op"},
 		{&s.insertEvent, sqlInsertEvent},
+		{&s.insertStepEvent, sqlInsertStepEvent},
 		{&s.insertStep, sqlInsertStep},
 		{&s.upsertSession, sqlUpsertSession},
 	} {
@@ -72,7 +75,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.savepoint, s.release, s.rollbackTo, s.insertEvent,
-		s.insertStep, s.upsertSession} {
+		s.insertStepEvent, s.insertStep, s.upsertSession} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -80,6 +83,10 @@ func (s *writeStmts) close() {
 }
 
 const sqlInsertEvent = `INSERT INTO events (type, session_id, at, payload) VALUES (?, ?, ?, ?)`
+
+// A journaled step already has its seq.
+const sqlInsertStepEvent = `INSERT INTO events (seq, type, session_id, at, payload)
+	VALUES (?, 'step', ?, ?, NULL)`
 
 // submit queues o and waits for its batch to commit. A cancelled ctx returns ctx.Err() at
 // once; the write itself may still commit if the writer had already started it.
@@ -208,26 +215,143 @@ func (db *DB) AppendEvent(ctx context.Context, ev *Event) error {
 	return nil
 }
 
-// writer owns the write connection. It takes everything queued (up to MaxBatch), runs it as
-// one transaction, commits, then releases every caller: one commit serves the whole burst.
+// writer owns the write connection and the step journal. It takes everything queued (up to
+// MaxBatch): new steps are appended to the journal with one write and their callers
+// released; other writes run in one transaction that first copies the journaled steps into
+// SQLite, so every seq below theirs is in the tables. Journaled steps are also copied once
+// enough have gathered or ingestDelay after the first of them, whichever comes first.
 func (db *DB) writer() {
 	defer close(db.writerDone)
 	batch := make([]*op, 0, db.opts.MaxBatch)
-	sinceCheckpoint := 0
-	for first := range db.ops {
-		batch = db.collect(append(batch[:0], first))
-		db.commitBatch(batch)
-		db.batches.Add(1)
-		db.batchedOps.Add(int64(len(batch)))
-		sinceCheckpoint += len(batch)
-		if sinceCheckpoint >= checkpointEvery {
-			sinceCheckpoint = 0
+	ingest := time.NewTimer(time.Hour)
+	ingest.Stop()
+	armed := false
+	for {
+		var (
+			first *op
+			ok    bool
+		)
+		switch {
+		case len(db.pending) == 0:
+			if armed {
+				ingest.Stop()
+				armed = false
+			}
+			first, ok = <-db.ops
+		default:
+			if !armed {
+				ingest.Reset(db.ingestWait)
+				armed = true
+			}
 			select {
-			case db.ckptKick <- struct{}{}:
-			default: // one is already pending
+			case first, ok = <-db.ops:
+			case <-ingest.C:
+				armed = false
+				db.commitBatch(nil)
+				continue
 			}
 		}
+		if !ok {
+			break
+		}
+		batch = db.collect(append(batch[:0], first))
+		db.runBatch(batch)
 		clear(batch)
+	}
+	if len(db.pending) > 0 {
+		if err := db.commitBatch(nil); err != nil {
+			db.log.Error("storage: journaled steps stay in the journal for the next start",
+				"steps", len(db.pending), "journal", db.journal.path, "err", err)
+		}
+	}
+}
+
+// Ingestion thresholds: a transaction copies about this many journaled steps, or bytes of
+// them, and a step waits at most Options.IngestDelay (ingestDelay by default) in the
+// journal alone.
+const (
+	ingestSteps = 512
+	ingestBytes = 8 << 20
+	ingestDelay = 100 * time.Millisecond
+	// ingestRetry is the wait after a failed ingestion before the next try.
+	ingestRetry = time.Second
+	// maxPending is how many journaled steps may wait for SQLite before new steps are
+	// refused: reached only when SQLite keeps failing (a full disk), and then the guardian
+	// must answer with errors rather than grow the journal without bound.
+	maxPending = 16 * ingestSteps
+)
+
+// ErrBacklog is returned by SaveStep while SQLite cannot take the journaled steps.
+var ErrBacklog = errors.New("storage: steps are not reaching the database; refusing new ones")
+
+func (db *DB) runBatch(batch []*op) {
+	var steps, others []*op
+	for _, o := range batch {
+		if o.step != nil {
+			steps = append(steps, o)
+		} else {
+			others = append(others, o)
+		}
+	}
+	if len(steps) > 0 {
+		db.journalSteps(steps)
+	}
+	if len(others) > 0 || len(db.pending) >= ingestSteps || db.pendingBytes >= ingestBytes {
+		_ = db.commitBatch(others) // failures went to the callers and the log
+	}
+}
+
+// journalSteps gives each step the next seq, appends them all to the journal with one write
+// and releases their callers.
+func (db *DB) journalSteps(ops []*op) {
+	size := 0
+	for _, o := range ops {
+		size += journalHeader + 24 + len(o.step.fields)
+	}
+	buf := make([]byte, 0, size)
+	seq := db.nextSeq
+	kept := ops[:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err // the caller has gone; do not write on its behalf
+			close(o.done)
+			continue
+		}
+		if len(db.pending)+len(kept) >= maxPending {
+			o.err = ErrBacklog
+			close(o.done)
+			continue
+		}
+		head := len(buf)
+		buf = append(buf, make([]byte, journalHeader)...)
+		buf = appendStepJSON(buf, seq, o.step.fields)
+		payload := buf[head+journalHeader : len(buf) : len(buf)]
+		appendRecordHeader(buf[head:head], payload)
+		o.step.seq, o.step.json = seq, payload
+		seq++
+		kept = append(kept, o)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	if err := db.journal.write(buf); err != nil {
+		db.log.Error("storage: step journal write failed", "steps", len(kept), "err", err)
+		for _, o := range kept {
+			o.err = err
+			o.step.seq, o.step.json = 0, nil
+			close(o.done)
+		}
+		return
+	}
+	db.nextSeq = seq
+	for _, o := range kept {
+		db.pending = append(db.pending, pendingStep{seq: o.step.seq, args: o.step.args, json: o.step.json})
+		db.pendingBytes += len(o.step.json)
+	}
+	// Marked before any caller is released, so a read that follows an answer waits for it.
+	db.markPending(kept)
+	for _, o := range kept {
+		close(o.done)
 	}
 }
 
@@ -260,21 +384,28 @@ func (db *DB) collect(batch []*op) []*op {
 // collectYields is how often collect yields waiting for more writes.
 const collectYields = 2
 
-// commitBatch runs ops in as few transactions as possible and releases each caller once
-// its outcome is known. An Exec function runs under its own savepoint, so its error (an
-// expected one, such as a hold already decided) undoes only its own changes. The store's own
-// writes (SaveStep, AppendEvent) run without one: they fail only when something is badly
-// wrong, and then, as when anything ends the transaction early, the transaction is rolled
-// back, the op that failed gets its error and the others run again in a new transaction.
-func (db *DB) commitBatch(ops []*op) {
-	for len(ops) > 0 {
-		ops = db.attempt(ops)
+// commitBatch runs ops in as few transactions as possible, each beginning with the
+// journaled steps, and releases each caller once its outcome is known. An Exec function
+// runs under its own savepoint, so its error (an expected one, such as a hold already
+// decided) undoes only its own changes. The store's own writes (AppendEvent) run without
+// one: they fail only when something is badly wrong, and then, as when anything ends the
+// transaction early, the transaction is rolled back, the op that failed gets its error and
+// the others run again in a new transaction. It returns the error that kept journaled steps
+// out of SQLite, if any.
+func (db *DB) commitBatch(ops []*op) error {
+	for {
+		rest, err := db.attempt(ops)
+		if rest == nil {
+			return err
+		}
+		ops = rest
 	}
 }
 
-// attempt runs ops in one transaction. It returns the ops to run again when the
-// transaction had to be abandoned because of one of them, and nil once all are settled.
-func (db *DB) attempt(ops []*op) []*op {
+// attempt runs ops in one transaction, after copying the journaled steps. It returns the
+// ops to run again when the transaction had to be abandoned because of one of them, and nil
+// once all are settled.
+func (db *DB) attempt(ops []*op) ([]*op, error) {
 	for _, o := range ops {
 		o.err = nil // from an earlier attempt
 	}
@@ -283,9 +414,27 @@ func (db *DB) attempt(ops []*op) []*op {
 		err = fmt.Errorf("storage: begin write transaction: %w", err)
 		db.log.Error("storage: write batch failed", "ops", len(ops), "err", err)
 		finish(ops, err)
-		return nil
+		db.ingestWait = ingestRetry
+		return nil, err
 	}
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
+
+	ingested := len(db.pending)
+	if ingested > 0 {
+		if err := db.ingestTx(b); err != nil {
+			_ = tx.Rollback()
+			// A step SQLite refuses must not hold back the others: sort them out one by one.
+			if serr := db.salvage(); serr != nil {
+				serr = fmt.Errorf("storage: store journaled steps: %w", serr)
+				db.log.Error("storage: journaled steps not stored; will retry",
+					"steps", len(db.pending), "err", serr)
+				finish(ops, serr)
+				db.ingestWait = ingestRetry
+				return nil, serr
+			}
+			return ops, nil
+		}
+	}
 
 	ran := make([]*op, 0, len(ops))
 	for i, o := range ops {
@@ -302,23 +451,114 @@ func (db *DB) attempt(ops []*op) []*op {
 				"retry", len(ran)+len(ops)-i-1, "err", txErr)
 			o.err = cmp.Or(opErr, txErr)
 			close(o.done)
-			return append(ran, ops[i+1:]...)
+			return append(ran, ops[i+1:]...), nil
 		}
 		o.err = opErr
 		ran = append(ran, o)
+	}
+	var last int64
+	if len(ran) > 0 {
+		// Events of these ops took seqs after every journaled step's; carry on after them.
+		if err := tx.QueryRow(`SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+			_ = tx.Rollback()
+			err = fmt.Errorf("storage: read last seq: %w", err)
+			finish(ran, err)
+			return nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		// A failed COMMIT can leave SQLite's transaction open; end it so the next BEGIN works.
 		_, _ = db.w.Exec("ROLLBACK")
 		err = fmt.Errorf("storage: commit: %w", err)
-		db.log.Error("storage: write batch failed", "ops", len(ran), "err", err)
+		db.log.Error("storage: write batch failed", "ops", len(ran), "steps", ingested, "err", err)
 		finish(ran, err)
-		return nil
+		db.ingestWait = ingestRetry
+		return nil, err
 	}
+	if len(ran) > 0 {
+		db.nextSeq = max(db.nextSeq, last+1)
+	}
+	if ingested > 0 {
+		db.ingestedAll()
+	}
+	db.committed(ingested + len(ran))
 	for _, o := range ran {
 		close(o.done)
 	}
+	return nil, nil
+}
+
+// ingestTx copies every journaled step into the transaction.
+func (db *DB) ingestTx(b *batchTx) error {
+	for i := range db.pending {
+		if err := db.pending[i].args.insert(b, db.pending[i].seq); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// salvage stores the journaled steps one by one, each under a savepoint, and sets aside the
+// ones SQLite refuses for a reason of their own (a constraint): they go to the rejected
+// file and the log, so that one bad step cannot keep every later one out. Any other error
+// (a full disk, an I/O error) concerns them all: nothing is committed and it is returned.
+func (db *DB) salvage() error {
+	tx, err := db.w.BeginTx(context.Background(), nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
+	var rejected []rejectedStep
+	for _, p := range db.pending {
+		opErr, txErr := db.runOp(b, &op{savepoint: true, run: func(b *batchTx) error {
+			return p.args.insert(b, p.seq)
+		}})
+		if txErr == nil && opErr != nil && !isConstraint(opErr) {
+			txErr = opErr
+		}
+		if txErr != nil {
+			_ = tx.Rollback()
+			return txErr
+		}
+		if opErr != nil {
+			rejected = append(rejected, rejectedStep{p, opErr})
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		_, _ = db.w.Exec("ROLLBACK")
+		return fmt.Errorf("commit: %w", err)
+	}
+	db.reject(rejected)
+	db.committed(len(db.pending) - len(rejected))
+	db.ingestedAll()
+	return nil
+}
+
+// ingestedAll forgets the journaled steps, now in SQLite, and empties the journal.
+func (db *DB) ingestedAll() {
+	clear(db.pending)
+	db.pending = db.pending[:0]
+	db.pendingBytes = 0
+	db.ingestWait = db.opts.IngestDelay
+	db.clearPending()
+	if err := db.journal.reset(); err != nil {
+		// Harmless: the next start skips records whose seq is already stored.
+		db.log.Warn("storage: step journal not emptied", "err", err)
+	}
+}
+
+// committed counts a committed transaction and asks for a checkpoint every so often.
+func (db *DB) committed(writes int) {
+	db.batches.Add(1)
+	db.batchedOps.Add(int64(writes))
+	db.sinceCheckpoint += writes
+	if db.sinceCheckpoint >= checkpointEvery {
+		db.sinceCheckpoint = 0
+		select {
+		case db.ckptKick <- struct{}{}:
+		default: // one is already pending
+		}
+	}
 }
 
 // finish fails ops with err, except those that already failed on their own.

@@ -1,10 +1,13 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -183,10 +186,10 @@ func TestBrokenTransactionFailsOnlyTheCulprit(t *testing.T) {
 	require.Equal(t, 2, countRows(t, db, "events"))
 }
 
-// A store write that fails half-way (its event inserted, its step refused) is retried
-// without: the batch is rolled back, nothing of the failed write remains, and the others
-// (including an Exec function, which runs twice) are committed once.
-func TestFailedStepIsDroppedFromItsBatch(t *testing.T) {
+// A step SQLite refuses was already answered (it is durable in the journal), so it cannot
+// fail its caller; it must not keep the steps journaled with it out either. It is set
+// aside in the rejected file, and everything else commits.
+func TestRefusedStepIsSetAside(t *testing.T) {
 	db := openTest(t)
 	ctx := context.Background()
 	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
@@ -204,12 +207,10 @@ func TestFailedStepIsDroppedFromItsBatch(t *testing.T) {
 		waitQueued(t, db, len(results))
 	}
 	good1, good2, bad := step("good", "allow", 0), step("good", "deny", 1), step("bad", "allow", 0)
-	calls := 0 // read after Exec returns; written only by the writer goroutine
 	var execSeq int64
 	queue("good1", func() error { return db.SaveStep(ctx, good1) })
 	queue("exec", func() error {
 		return db.Exec(ctx, func(tx *sql.Tx) error {
-			calls++
 			var err error
 			execSeq, err = db.NextSeqTx(tx, "audit", "x", t0, []byte(`{}`))
 			return err
@@ -219,23 +220,36 @@ func TestFailedStepIsDroppedFromItsBatch(t *testing.T) {
 	queue("good2", func() error { return db.SaveStep(ctx, good2) })
 	release()
 
-	require.ErrorContains(t, <-results["bad"], "bad step refused")
-	require.Zero(t, bad.Seq)
-	for _, name := range []string{"good1", "exec", "good2"} {
-		require.NoError(t, <-results[name], name)
+	for name, ch := range results {
+		require.NoError(t, <-ch, name)
 	}
-	require.Equal(t, 2, calls, "the Exec function ran again in the retried batch")
-	require.Less(t, good1.Seq, execSeq)
-	require.Less(t, execSeq, good2.Seq)
+	require.Equal(t, []int64{1, 2, 3}, []int64{good1.Seq, bad.Seq, good2.Seq}, "journaled in arrival order")
+	require.Equal(t, int64(4), execSeq, "the Exec's event follows the journaled steps")
 
 	events, err := db.EventsAfter(ctx, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, events, 3, "no event left by the failed step, one by the Exec")
+	var seqs []int64
+	for _, ev := range events {
+		seqs = append(seqs, ev.Seq)
+	}
+	require.Equal(t, []int64{1, 3, 4}, seqs, "no event left by the refused step")
 	s, err := db.Session(ctx, "good")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), s.Steps)
 	_, err = db.Session(ctx, "bad")
 	require.ErrorIs(t, err, ErrNotFound)
+
+	set, err := os.ReadFile(db.Path() + "-rejected.jsonl")
+	require.NoError(t, err)
+	var got StepRecord
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(set), &got))
+	require.Equal(t, bad.Seq, got.Seq)
+	require.Equal(t, "bad", got.SessionID)
+	require.JSONEq(t, string(bad.Request), string(got.Request))
+
+	// The writer goes on: later steps are stored.
+	save(t, db, step("good", "allow", 2))
+	require.Equal(t, 3, countRows(t, db, "steps"))
 }
 
 func TestCloseDrainsQueuedWrites(t *testing.T) {

@@ -1,0 +1,142 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"modernc.org/sqlite"
+)
+
+// stepOp is a SaveStep on its way through the writer.
+type stepOp struct {
+	args   *stepArgs
+	fields []byte // the record's JSON after its seq (appendStepFields)
+	// Set by the writer once the step is journaled.
+	seq  int64
+	json []byte
+}
+
+// pendingStep is a journaled step not yet in SQLite. Only the writer touches them.
+type pendingStep struct {
+	seq  int64
+	args *stepArgs
+	json []byte
+}
+
+type rejectedStep struct {
+	pendingStep
+	err error
+}
+
+// markPending records, for Flush and flushSession, that steps of these sessions wait in
+// the journal.
+func (db *DB) markPending(ops []*op) {
+	db.pendMu.Lock()
+	for _, o := range ops {
+		db.pendSessions[o.step.args.sessionID] = struct{}{}
+	}
+	db.pendMu.Unlock()
+	db.pendingN.Store(int64(len(db.pending)))
+}
+
+// clearPending forgets the marks once the steps are committed to SQLite.
+func (db *DB) clearPending() {
+	db.pendMu.Lock()
+	clear(db.pendSessions)
+	db.pendMu.Unlock()
+	db.pendingN.Store(int64(len(db.pending)))
+}
+
+// Flush returns once every step saved before the call is in SQLite, so that a query made
+// after it sees them. The store's own queries do this themselves; it is for code that reads
+// the tables directly.
+func (db *DB) Flush(ctx context.Context) error {
+	if db.pendingN.Load() == 0 {
+		return nil
+	}
+	// Any write other than a step makes the writer copy the journal first.
+	return db.submit(ctx, &op{run: func(*batchTx) error { return nil }})
+}
+
+// flushSession is Flush for reads of one session: it waits only when steps of that session
+// are in the journal, so the first step of a new session does not wait for a commit.
+func (db *DB) flushSession(ctx context.Context, id string) error {
+	db.pendMu.Lock()
+	_, ok := db.pendSessions[id]
+	db.pendMu.Unlock()
+	if !ok {
+		return nil
+	}
+	return db.Flush(ctx)
+}
+
+// isConstraint reports whether err is SQLite refusing one row (a constraint or a trigger),
+// as opposed to a failure of the database as a whole.
+func isConstraint(err error) bool {
+	const sqliteConstraint = 19
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqliteConstraint
+}
+
+// reject sets aside steps SQLite refused: each is appended, as the JSON it was published
+// with, to the rejected file next to the database, and logged.
+func (db *DB) reject(steps []rejectedStep) {
+	if len(steps) == 0 {
+		return
+	}
+	path := db.path + "-rejected.jsonl"
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		db.log.Error("storage: open rejected steps file", "path", path, "err", err)
+	}
+	for _, r := range steps {
+		db.log.Error("storage: step refused by the database; set aside",
+			"seq", r.seq, "session", r.args.sessionID, "file", path, "err", r.err)
+		if f != nil {
+			if _, err := f.Write(append(r.json[:len(r.json):len(r.json)], '\n')); err != nil {
+				db.log.Error("storage: write rejected step", "seq", r.seq, "err", err)
+			}
+		}
+	}
+	if f != nil {
+		if err := f.Close(); err != nil {
+			db.log.Error("storage: close rejected steps file", "path", path, "err", err)
+		}
+	}
+}
+
+// replayJournal runs at Open, before the writer starts: it copies into SQLite the steps a
+// crash left in the journal (those after the newest stored seq) and sets the next seq.
+func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
+	var last int64
+	if err := db.w.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+		return fmt.Errorf("read last seq: %w", err)
+	}
+	db.nextSeq = last + 1
+	for _, payload := range recs {
+		rec, err := decodeJournaled(payload)
+		if err != nil {
+			return err
+		}
+		if rec.Seq <= last {
+			continue // stored before the crash; the journal was not emptied yet
+		}
+		a, err := newStepArgs(&rec)
+		if err != nil {
+			return err
+		}
+		db.pending = append(db.pending, pendingStep{seq: rec.Seq, args: a, json: payload})
+		db.nextSeq = max(db.nextSeq, rec.Seq+1)
+	}
+	if len(db.pending) == 0 {
+		return db.journal.reset()
+	}
+	n := len(db.pending)
+	if err := db.commitBatch(nil); err != nil {
+		return err
+	}
+	db.log.Info("storage: recovered steps from the journal", "steps", n)
+	return nil
+}

@@ -1,0 +1,148 @@
+package storage
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendJSON appends rec as JSON, as encoding/json encodes it but without scanning Request
+// and Response again (they must be JSON, as SaveStep leaves them): the live stream
+// publishes every step, and this is several times faster.
+func (rec *StepRecord) AppendJSON(b []byte) []byte {
+	return appendStepFields(appendStepJSON(b, rec.Seq, nil), rec)
+}
+
+// appendStepFields appends rec's JSON without its opening brace and seq: the part the
+// caller can encode before the writer assigns the seq. The writer completes it with
+// appendStepJSON. The output is what encoding/json produces for StepRecord (same fields,
+// order, omitempty and string escaping); Request and Response are copied as they are, since
+// SaveStep has made sure they are JSON. Encoding by hand matters on the answer path:
+// encoding/json re-scans and compacts both raw messages, which cost more than the rest.
+func appendStepFields(b []byte, rec *StepRecord) []byte {
+	b = append(b, `,"sessionId":`...)
+	b = appendJSONString(b, rec.SessionID)
+	b = appendOptString(b, `,"turnId":`, rec.TurnID)
+	b = appendOptString(b, `,"stepId":`, rec.StepID)
+	b = append(b, `,"method":`...)
+	b = appendJSONString(b, rec.Method)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, rec.Kind)
+	b = appendOptString(b, `,"agentId":`, rec.AgentID)
+	b = appendOptString(b, `,"agentName":`, rec.AgentName)
+	b = appendOptString(b, `,"userId":`, rec.UserID)
+	b = appendOptString(b, `,"tool":`, rec.Tool)
+	b = append(b, `,"decision":`...)
+	b = appendJSONString(b, rec.Decision)
+	b = append(b, `,"receivedAt":"`...)
+	b = rec.ReceivedAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","request":`...)
+	b = appendRaw(b, rec.Request)
+	b = append(b, `,"response":`...)
+	b = appendRaw(b, rec.Response)
+	b = append(b, `,"matchedRules":`...)
+	if rec.MatchedRules == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, m := range rec.MatchedRules {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"ruleId":`...)
+			b = appendJSONString(b, m.RuleID)
+			b = append(b, `,"action":`...)
+			b = appendJSONString(b, m.Action)
+			b = append(b, `,"mode":`...)
+			b = appendJSONString(b, m.Mode)
+			b = appendOptString(b, `,"reasonCode":`, m.ReasonCode)
+			b = appendOptString(b, `,"error":`, m.Error)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"latencyMicros":`...)
+	b = strconv.AppendInt(b, rec.LatencyMicros, 10)
+	b = appendOptString(b, `,"text":`, rec.Text)
+	if rec.Held {
+		b = append(b, `,"held":true`...)
+	}
+	return append(b, '}')
+}
+
+// appendStepJSON appends the whole record: seq, then the fields appendStepFields encoded.
+func appendStepJSON(b []byte, seq int64, fields []byte) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, fields...)
+}
+
+func appendOptString(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(b, key...)
+	return appendJSONString(b, s)
+}
+
+func appendRaw(b []byte, raw []byte) []byte {
+	if len(raw) == 0 {
+		return append(b, "null"...)
+	}
+	return append(b, raw...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s the way encoding/json does: HTML-safe (<, > and & escaped),
+// U+2028 and U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
