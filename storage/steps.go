@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -15,13 +16,14 @@ const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, met
 	matched_rules, latency_micros, text, held)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// Identity fields are only overwritten by a step that carries them, so a session keeps its
-// agent and user when later steps (MCP, A2A) do not name them. last_seen never moves back
-// when a step received earlier commits later. A row without steps (created by a session
-// control before the first step) takes its times from the first step.
+// sqlUpsertSession adds a group of steps of one session with one decision (?8 of them) to
+// its summary. Identity fields are only overwritten by steps that carry them, so a session
+// keeps its agent and user when later steps (MCP, A2A) do not name them. last_seen never
+// moves back when a step received earlier is stored later. A row without steps (created by
+// a session control before the first step) takes its times from the first steps.
 const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_id,
 	first_seen, last_seen, last_seq, steps, last_method, decisions)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, 1, ?7, json_object(?8, 1))
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8))
 	ON CONFLICT (id) DO UPDATE SET
 		agent_id    = CASE WHEN excluded.agent_id   <> '' THEN excluded.agent_id   ELSE agent_id   END,
 		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE agent_name END,
@@ -30,10 +32,11 @@ const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_i
 			ELSE min(first_seen, excluded.first_seen) END,
 		last_seen   = CASE WHEN steps = 0 THEN excluded.last_seen
 			ELSE max(last_seen, excluded.last_seen) END,
-		last_seq    = excluded.last_seq,
-		steps       = steps + 1,
-		last_method = excluded.last_method,
-		decisions   = json_set(decisions, ?9, coalesce(json_extract(decisions, ?9), 0) + 1)`
+		last_method = CASE WHEN excluded.last_seq > last_seq THEN excluded.last_method
+			ELSE last_method END,
+		last_seq    = max(last_seq, excluded.last_seq),
+		steps       = steps + excluded.steps,
+		decisions   = json_set(decisions, ?11, coalesce(json_extract(decisions, ?11), 0) + excluded.steps)`
 
 // validDecision reports whether d can be a decision: 1 to 64 letters, digits, '_', '.', ':'
 // or '-'. A decision is a key of the session's decision tally, addressed by a JSON path,
@@ -133,8 +136,18 @@ func newStepArgs(rec *StepRecord) (*stepArgs, error) {
 	}, nil
 }
 
-// insert writes the step with its seq: event, step row and session summary.
+// insert writes one step with its seq: event, step row and session summary.
 func (a *stepArgs) insert(b *batchTx, seq int64) error {
+	if err := a.insertRow(b, seq); err != nil {
+		return err
+	}
+	var d sessionDelta
+	d.add(a, seq)
+	return d.apply(b)
+}
+
+// insertRow writes the step's event and row, leaving the session summary to a sessionDelta.
+func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.sessionID, a.receivedAt); err != nil {
 		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
 	}
@@ -143,9 +156,51 @@ func (a *stepArgs) insert(b *batchTx, seq int64) error {
 		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
-	if _, err := b.stmt(b.stmts.upsertSession).Exec(a.sessionID, a.agentID, a.agentName,
-		a.userID, a.receivedAt, seq, a.method, a.decision, `$."`+a.decision+`"`); err != nil {
-		return fmt.Errorf("storage: update session %q: %w", a.sessionID, err)
+	return nil
+}
+
+// sessionDelta sums what a transaction's steps of one session change in its summary, so
+// that the summary row is written once per decision rather than once per step.
+type sessionDelta struct {
+	id, agentID, agentName, userID string
+	first, last                    int64 // received_at
+	lastSeq                        int64
+	lastMethod                     string
+	decisions                      []decisionCount
+}
+
+type decisionCount struct {
+	decision string
+	n        int64
+}
+
+func (d *sessionDelta) add(a *stepArgs, seq int64) {
+	if d.id == "" {
+		d.id, d.first, d.last = a.sessionID, a.receivedAt, a.receivedAt
+	}
+	d.first, d.last = min(d.first, a.receivedAt), max(d.last, a.receivedAt)
+	if seq > d.lastSeq {
+		d.lastSeq, d.lastMethod = seq, a.method
+		// The newest step naming an identity wins, as it would step by step.
+		d.agentID = cmp.Or(a.agentID, d.agentID)
+		d.agentName = cmp.Or(a.agentName, d.agentName)
+		d.userID = cmp.Or(a.userID, d.userID)
+	}
+	for i := range d.decisions {
+		if d.decisions[i].decision == a.decision {
+			d.decisions[i].n++
+			return
+		}
+	}
+	d.decisions = append(d.decisions, decisionCount{a.decision, 1})
+}
+
+func (d *sessionDelta) apply(b *batchTx) error {
+	for _, c := range d.decisions {
+		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.id, d.agentID, d.agentName, d.userID,
+			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`); err != nil {
+			return fmt.Errorf("storage: update session %q: %w", d.id, err)
+		}
 	}
 	return nil
 }

@@ -488,10 +488,26 @@ func (db *DB) attempt(ops []*op) ([]*op, error) {
 	return nil, nil
 }
 
-// ingestTx copies every journaled step into the transaction.
+// ingestTx copies every journaled step into the transaction, then updates each session's
+// summary once.
 func (db *DB) ingestTx(b *batchTx) error {
+	deltas := make(map[string]*sessionDelta)
+	var order []*sessionDelta
 	for i := range db.pending {
-		if err := db.pending[i].args.insert(b, db.pending[i].seq); err != nil {
+		p := &db.pending[i]
+		if err := p.args.insertRow(b, p.seq); err != nil {
+			return err
+		}
+		d := deltas[p.args.sessionID]
+		if d == nil {
+			d = &sessionDelta{}
+			deltas[p.args.sessionID] = d
+			order = append(order, d)
+		}
+		d.add(p.args, p.seq)
+	}
+	for _, d := range order {
+		if err := d.apply(b); err != nil {
 			return err
 		}
 	}
