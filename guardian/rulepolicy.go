@@ -22,6 +22,10 @@ type RulesPolicy struct {
 // Decide implements Policy.
 func (p *RulesPolicy) Decide(_ context.Context, step *aos.Step, hist *History, now time.Time) Verdict {
 	prog := p.Engine.Program()
+	if prog.Empty() {
+		// The default decision; building the Env would be wasted.
+		return FromRulesVerdict(step, prog.Evaluate(&rules.Env{Now: now}), p.Log)
+	}
 	env := ruleenv.BuildFor(prog, step, ruleenv.History{SessionID: hist.SessionID, StepCount: hist.StepCount, Steps: hist.Steps}, now)
 	return FromRulesVerdict(step, prog.Evaluate(env), p.Log)
 }

@@ -161,8 +161,8 @@ type compiledRule struct {
 	redact []redactor
 	hold   HoldSpec
 	stats  *ruleStats
-	// params is true when an expression of the rule reads Env.Params.
-	params bool
+	// reads is what costly Env fields the rule's expressions may read.
+	reads reads
 }
 
 type setExpr struct {
@@ -239,13 +239,22 @@ func (p *Program) Rules() []Rule {
 // UsesParams reports whether an evaluated rule reads Env.Params. Decoding a step's params
 // into a map costs more than many rules, so an Env builder may skip it when this is false
 // (and must then evaluate with this same Program).
-func (p *Program) UsesParams() bool {
-	for _, r := range p.active {
-		if r.params {
-			return true
-		}
+func (p *Program) UsesParams() bool { return p.reads()&readsParams != 0 }
+
+// UsesToolDef reports whether an evaluated rule reads Env.ToolDef, which an Env builder
+// may likewise leave nil when this is false.
+func (p *Program) UsesToolDef() bool { return p.reads()&readsToolDef != 0 }
+
+// Empty reports whether the program evaluates no rule: every step gets the default
+// decision, whatever its Env.
+func (p *Program) Empty() bool { return len(p.active) == 0 }
+
+func (p *Program) reads() reads {
+	var r reads
+	for _, c := range p.active {
+		r |= c.reads
 	}
-	return false
+	return r
 }
 
 // Options returns the options the program evaluates with, defaults filled in.
@@ -292,14 +301,16 @@ func compileRule(r Rule, hopts []expr.Option) (*compiledRule, []Diagnostic) {
 	diags = append(diags, ds...)
 	if cr.when != nil {
 		cr.guards = guardsOf(r.When)
-		cr.params = usesParams(r.When)
+		cr.reads = readsOf(r.When)
 	}
 
 	cr.msg, ds = compileTemplate(r.Message, hopts)
 	diags = append(diags, ds...)
 	if cr.msg != nil {
 		for _, p := range cr.msg.parts {
-			cr.params = cr.params || p.prog != nil && usesParams(p.src)
+			if p.prog != nil {
+				cr.reads |= readsOf(p.src)
+			}
 		}
 	}
 
@@ -342,7 +353,7 @@ func compileRule(r Rule, hopts []expr.Option) (*compiledRule, []Diagnostic) {
 			}
 			prog, ds := compileExpr(m.Set[name], field, false, hopts)
 			diags = append(diags, ds...)
-			cr.params = cr.params || usesParams(m.Set[name])
+			cr.reads |= readsOf(m.Set[name])
 			cr.set = append(cr.set, setExpr{name, prog})
 		}
 	}

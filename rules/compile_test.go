@@ -172,23 +172,27 @@ func TestDuration(t *testing.T) {
 	require.Error(t, d.UnmarshalJSON([]byte(`"soon"`)))
 }
 
-func TestUsesParams(t *testing.T) {
+func TestUsesParamsAndToolDef(t *testing.T) {
 	cases := []struct {
-		r    Rule
-		want bool
+		r               Rule
+		params, toolDef bool
 	}{
-		{Rule{ID: "a", When: `tool == "x"`, Action: ActionDeny}, false},
-		{Rule{ID: "a", When: `params.x == 1`, Action: ActionDeny}, true},
-		{Rule{ID: "a", When: `$env["params"] != nil`, Action: ActionDeny}, true},
-		{Rule{ID: "a", When: `any(session.steps, .tool == "params")`, Action: ActionDeny}, false},
-		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toJSON(params) }}"}, true},
-		{Rule{ID: "a", When: `true`, Action: ActionModify, Modify: &ModifySpec{Set: map[string]string{"x": "params.y"}}}, true},
-		{Rule{ID: "a", When: `params.x == 1`, Action: ActionDeny, Mode: ModeOff}, false},
+		{Rule{ID: "a", When: `tool == "x"`, Action: ActionDeny}, false, false},
+		{Rule{ID: "a", When: `params.x == 1`, Action: ActionDeny}, true, false},
+		{Rule{ID: "a", When: `toolDef.risk == "high"`, Action: ActionDeny}, false, true},
+		{Rule{ID: "a", When: `$env["params"] != nil`, Action: ActionDeny}, true, true},
+		{Rule{ID: "a", When: `any(session.steps, .tool == "params")`, Action: ActionDeny}, false, false},
+		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toJSON(params) }}"}, true, false},
+		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toolDef.name }}"}, false, true},
+		{Rule{ID: "a", When: `true`, Action: ActionModify, Modify: &ModifySpec{Set: map[string]string{"x": "params.y"}}}, true, false},
+		{Rule{ID: "a", When: `params.x == 1 && toolDef != nil`, Action: ActionDeny, Mode: ModeOff}, false, false},
 	}
 	for _, tc := range cases {
 		tc.r.Enabled = true
 		p, err := Compile([]Rule{tc.r}, Options{})
 		require.NoError(t, err)
-		require.Equal(t, tc.want, p.UsesParams(), "%+v", tc.r)
+		require.Equal(t, tc.params, p.UsesParams(), "%+v", tc.r)
+		require.Equal(t, tc.toolDef, p.UsesToolDef(), "%+v", tc.r)
+		require.Equal(t, tc.r.Mode == ModeOff, p.Empty())
 	}
 }

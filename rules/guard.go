@@ -133,14 +133,29 @@ func (f *identFinder) Visit(n *ast.Node) {
 	}
 }
 
-// usesParams reports whether an expression may read the Env's params: through the name
-// params or through $env. Unparseable text counts as a use, to stay on the safe side.
-func usesParams(src string) bool {
+// reads is the set of costly Env fields an expression may read, so that an Env builder can
+// skip filling the others.
+type reads uint8
+
+const (
+	readsParams reads = 1 << iota
+	readsToolDef
+)
+
+// readsOf reports which costly fields an expression may read: by name, or all of them
+// through $env. Unparseable text counts as reading everything, to stay on the safe side.
+func readsOf(src string) reads {
 	tree, err := parser.Parse(src)
 	if err != nil {
-		return true
+		return readsParams | readsToolDef
 	}
-	f := &identFinder{names: map[string]bool{"params": true, "$env": true}}
-	ast.Walk(&tree.Node, f)
-	return f.found
+	var r reads
+	for name, bit := range map[string]reads{"params": readsParams, "toolDef": readsToolDef} {
+		f := &identFinder{names: map[string]bool{name: true, "$env": true}}
+		ast.Walk(&tree.Node, f)
+		if f.found {
+			r |= bit
+		}
+	}
+	return r
 }

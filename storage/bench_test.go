@@ -66,8 +66,8 @@ func BenchmarkSaveStepParallel(b *testing.B) {
 	reportSteps(b, db)
 }
 
-// BenchmarkSaveStep is one agent alone: every step is its own commit, so ns/op is the
-// latency storage adds to each answer.
+// BenchmarkSaveStep is one caller saving as fast as it can: ns/op is what storage costs
+// per step when the journal and SQLite ingestion run flat out.
 func BenchmarkSaveStep(b *testing.B) {
 	db := openTest(b)
 	b.SetBytes(int64(len(benchRequest)))

@@ -95,18 +95,34 @@ type DB struct {
 	// minutes counts recent steps per minute for Stats.
 	minutes *minuteCounts
 
-	// The step journal and the steps in it not yet in SQLite; the writer goroutine owns
-	// these (and nextSeq, the seq the next journaled step gets).
-	journal         *journal
-	pending         []pendingStep
-	pendingBytes    int
-	nextSeq         int64
+	// The step journal, guarded by jmu: SaveStep appends to journals[active] and pending;
+	// the writer takes pending (switching SaveStep to the other, empty, file) to store it.
+	// nextSeq is the seq the next step gets; pendSessions counts each session's journaled
+	// steps not yet stored, so that a read of one session waits only when it must.
+	jmu          sync.Mutex
+	journals     [2]*journal
+	active       int
+	pending      []pendingStep
+	pendingBytes int
+	nextSeq      int64
+	pendSessions map[string]int
+	// pendingN counts journaled steps not yet stored (pending and in flight); room signals
+	// (on jmu) that it went down, failing that storing them fails.
+	pendingN atomic.Int64
+	room     *sync.Cond
+	failing  atomic.Bool
+	// kick starts the writer's ingestion timer; ingestKick asks for an ingestion now.
+	kick, ingestKick chan struct{}
+	// waiting counts SaveStep calls waiting for jmu; steps counts those past the closed check.
+	waiting atomic.Int64
+	steps   sync.WaitGroup
+
+	// Writer-owned: steps taken from pending whose commit has not succeeded yet, and the
+	// journal file holding them.
+	inflight        []pendingStep
+	inflightJournal *journal
 	ingestWait      time.Duration
 	sinceCheckpoint int
-	// pendingN and pendSessions tell readers whether they must wait for the journal.
-	pendingN     atomic.Int64
-	pendMu       sync.Mutex
-	pendSessions map[string]struct{}
 
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
@@ -150,8 +166,12 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		ckptDone:   make(chan struct{}),
 
 		ingestWait:   opts.IngestDelay,
-		pendSessions: make(map[string]struct{}),
+		pendSessions: make(map[string]int),
+		kick:         make(chan struct{}, 1),
+		ingestKick:   make(chan struct{}, 1),
 	}
+	db.room = sync.NewCond(&db.jmu)
+
 	defer func() {
 		if err != nil {
 			db.closeConns()
@@ -243,17 +263,24 @@ func dsn(abs string, busy time.Duration, role connRole) string {
 	return u.String()
 }
 
-// JournalPath is the step journal of the database at path: it belongs with the database
-// file (and its -wal) as long as Vigil runs; a clean Close leaves it empty.
-func JournalPath(path string) string { return path + "-steplog" }
+// JournalPaths are the two files of the step journal of the database at path. They belong
+// with the database file (and its -wal) while Vigil runs; a clean Close leaves them empty.
+func JournalPaths(path string) [2]string {
+	return [2]string{path + "-steplog-0", path + "-steplog-1"}
+}
 
+// openJournal opens both journal files and returns the records they hold.
 func (db *DB) openJournal() ([][]byte, error) {
-	j, recs, err := openJournal(JournalPath(db.path))
-	if err != nil {
-		return nil, err
+	var all [][]byte
+	for i, p := range JournalPaths(db.path) {
+		j, recs, err := openJournal(p)
+		if err != nil {
+			return nil, err
+		}
+		db.journals[i] = j
+		all = append(all, recs...)
 	}
-	db.journal = j
-	return recs, nil
+	return all, nil
 }
 
 // Path is the absolute path of the database file.
@@ -271,6 +298,11 @@ func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		db.mu.Lock()
 		db.closed = true
+		db.mu.Unlock()
+		// Steps already past the closed check are journaled before the writer's last
+		// ingestion (one may wait for a write the writer is running).
+		db.steps.Wait()
+		db.mu.Lock()
 		close(db.ops)
 		db.mu.Unlock()
 		<-db.writerDone
@@ -304,11 +336,13 @@ func (db *DB) Close() error {
 func (db *DB) closeConns() error {
 	db.stmts.close()
 	var errs []error
-	if db.journal != nil {
-		if err := db.journal.close(); err != nil {
-			errs = append(errs, err)
+	for i, j := range db.journals {
+		if j != nil {
+			if err := j.close(); err != nil {
+				errs = append(errs, err)
+			}
+			db.journals[i] = nil
 		}
-		db.journal = nil
 	}
 	for _, p := range []*sql.DB{db.r, db.ckpt, db.w} {
 		if p == nil {

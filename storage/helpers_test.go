@@ -62,10 +62,11 @@ func blockWriter(t *testing.T, db *DB) (release func()) {
 	}
 }
 
-// waitQueued waits until n ops wait in the writer's queue.
+// waitQueued waits until n writes wait: ops in the writer's queue and steps for the journal
+// (which a blocked writer holds).
 func waitQueued(t *testing.T, db *DB, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(db.ops) >= n }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return len(db.ops)+int(db.waiting.Load()) >= n }, 10*time.Second, time.Millisecond,
 		"expected %d queued writes", n)
 }
 

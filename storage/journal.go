@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 )
 
 // The step journal is how a step is stored before its answer goes out without waiting for
@@ -102,22 +104,25 @@ func decodeJournaled(payload []byte) (StepRecord, error) {
 // steps another process (the running guardian) has answered but not yet copied into the
 // tables, for readers in this process that must include them.
 func journaledSteps(dbPath string) ([]StepRecord, error) {
-	data, err := os.ReadFile(JournalPath(dbPath))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("storage: read step journal: %w", err)
-	}
-	payloads, _ := readJournal(data)
-	steps := make([]StepRecord, 0, len(payloads))
-	for _, p := range payloads {
-		rec, err := decodeJournaled(p)
-		if err != nil {
-			return nil, err
+	var steps []StepRecord
+	for _, path := range JournalPaths(dbPath) {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-		steps = append(steps, rec)
+		if err != nil {
+			return nil, fmt.Errorf("storage: read step journal: %w", err)
+		}
+		payloads, _ := readJournal(data)
+		for _, p := range payloads {
+			rec, err := decodeJournaled(p)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, rec)
+		}
 	}
+	slices.SortFunc(steps, func(a, b StepRecord) int { return cmp.Compare(a.Seq, b.Seq) })
 	return steps, nil
 }
 

@@ -83,12 +83,12 @@ func TestJournalReplay(t *testing.T) {
 	}
 	journal = append(journal, appendRecordHeader(nil, []byte(`{"seq":99}`))...)
 	journal = append(journal, `{"seq":`...)
-	require.NoError(t, os.WriteFile(JournalPath(path), journal, 0o600))
+	require.NoError(t, os.WriteFile(JournalPaths(path)[0], journal, 0o600))
 
 	db, err = Open(ctx, path, Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	st, err := os.Stat(JournalPath(path))
+	st, err := os.Stat(JournalPaths(path)[0])
 	require.NoError(t, err)
 	require.Zero(t, st.Size(), "replayed and emptied")
 	steps, err := db.Steps(ctx, StepQuery{SessionID: "s"})

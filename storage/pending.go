@@ -1,24 +1,17 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"modernc.org/sqlite"
 )
 
-// stepOp is a SaveStep on its way through the writer.
-type stepOp struct {
-	args   *stepArgs
-	fields []byte // the record's JSON after its seq (appendStepFields)
-	// Set by the writer once the step is journaled.
-	seq  int64
-	json []byte
-}
-
-// pendingStep is a journaled step not yet in SQLite. Only the writer touches them.
+// pendingStep is a journaled step not yet in SQLite.
 type pendingStep struct {
 	seq  int64
 	args *stepArgs
@@ -30,25 +23,6 @@ type rejectedStep struct {
 	err error
 }
 
-// markPending records, for Flush and flushSession, that steps of these sessions wait in
-// the journal.
-func (db *DB) markPending(ops []*op) {
-	db.pendMu.Lock()
-	for _, o := range ops {
-		db.pendSessions[o.step.args.sessionID] = struct{}{}
-	}
-	db.pendMu.Unlock()
-	db.pendingN.Store(int64(len(db.pending)))
-}
-
-// clearPending forgets the marks once the steps are committed to SQLite.
-func (db *DB) clearPending() {
-	db.pendMu.Lock()
-	clear(db.pendSessions)
-	db.pendMu.Unlock()
-	db.pendingN.Store(int64(len(db.pending)))
-}
-
 // Flush returns once every step saved before the call is in SQLite, so that a query made
 // after it sees them. The store's own queries do this themselves; it is for code that reads
 // the tables directly.
@@ -56,17 +30,16 @@ func (db *DB) Flush(ctx context.Context) error {
 	if db.pendingN.Load() == 0 {
 		return nil
 	}
-	// Any write other than a step makes the writer copy the journal first.
-	return db.submit(ctx, &op{run: func(*batchTx) error { return nil }})
+	return db.submit(ctx, &op{flush: true})
 }
 
 // flushSession is Flush for reads of one session: it waits only when steps of that session
 // are in the journal, so the first step of a new session does not wait for a commit.
 func (db *DB) flushSession(ctx context.Context, id string) error {
-	db.pendMu.Lock()
-	_, ok := db.pendSessions[id]
-	db.pendMu.Unlock()
-	if !ok {
+	db.jmu.Lock()
+	n := db.pendSessions[id]
+	db.jmu.Unlock()
+	if n == 0 {
 		return nil
 	}
 	return db.Flush(ctx)
@@ -115,6 +88,7 @@ func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
 		return fmt.Errorf("read last seq: %w", err)
 	}
 	db.nextSeq = last + 1
+	var steps []pendingStep
 	for _, payload := range recs {
 		rec, err := decodeJournaled(payload)
 		if err != nil {
@@ -127,16 +101,21 @@ func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
 		if err != nil {
 			return err
 		}
-		db.pending = append(db.pending, pendingStep{seq: rec.Seq, args: a, json: payload})
+		steps = append(steps, pendingStep{seq: rec.Seq, args: a, json: payload})
 		db.nextSeq = max(db.nextSeq, rec.Seq+1)
 	}
-	if len(db.pending) == 0 {
-		return db.journal.reset()
+	// The two files may interleave: store in seq order.
+	slices.SortFunc(steps, func(a, b pendingStep) int { return cmp.Compare(a.seq, b.seq) })
+	if len(steps) > 0 {
+		if err := db.commit(steps, nil); err != nil {
+			return err
+		}
+		db.log.Info("storage: recovered steps from the journal", "steps", len(steps))
 	}
-	n := len(db.pending)
-	if err := db.commitBatch(nil); err != nil {
-		return err
+	for _, j := range db.journals {
+		if err := j.reset(); err != nil {
+			return err
+		}
 	}
-	db.log.Info("storage: recovered steps from the journal", "steps", n)
 	return nil
 }

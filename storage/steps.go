@@ -107,13 +107,25 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	if err != nil {
 		return err
 	}
-	// The JSON is built here, on the caller's goroutine, in parallel with other callers;
-	// the writer only puts the seq in front.
-	so := &stepOp{args: a, fields: appendStepFields(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)), rec)}
-	if err := db.submit(ctx, &op{step: so}); err != nil {
+	// The JSON is built here, in parallel with other callers; under the journal's lock
+	// only the seq is put in front.
+	fields := appendStepFields(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)), rec)
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rec.Seq = so.seq
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	db.steps.Add(1) // Close waits for it
+	db.mu.RUnlock()
+	seq, err := db.journalStep(a, fields)
+	db.steps.Done()
+	if err != nil {
+		return err
+	}
+	rec.Seq = seq
 	if db.minutes != nil {
 		db.minutes.add(rec.ReceivedAt, rec.Decision)
 	}

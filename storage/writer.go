@@ -18,8 +18,8 @@ import (
 type op struct {
 	ctx context.Context
 	run func(b *batchTx) error
-	// step, when set, makes this a SaveStep: the writer journals it instead of running run.
-	step *stepOp
+	// flush marks a Flush: it needs the journaled steps stored, and runs nothing.
+	flush bool
 	// savepoint isolates run's failure from the rest of the batch (Exec functions).
 	savepoint bool
 	done      chan struct{}
@@ -215,54 +215,40 @@ func (db *DB) AppendEvent(ctx context.Context, ev *Event) error {
 	return nil
 }
 
-// writer owns the write connection and the step journal. It takes everything queued (up to
-// MaxBatch): new steps are appended to the journal with one write and their callers
-// released; other writes run in one transaction that first copies the journaled steps into
-// SQLite, so every seq below theirs is in the tables. Journaled steps are also copied once
-// enough have gathered or ingestDelay after the first of them, whichever comes first.
+// writer owns the write connection. Steps do not pass through it: SaveStep appends them to
+// the journal itself (journalStep). The writer copies journaled steps into SQLite in large
+// transactions, when enough have gathered, Options.IngestDelay after the first, or when a
+// query needs them (Flush), and runs every other write queued with Exec or AppendEvent.
 func (db *DB) writer() {
 	defer close(db.writerDone)
 	batch := make([]*op, 0, db.opts.MaxBatch)
-	ingest := time.NewTimer(time.Hour)
-	ingest.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	armed := false
-	for {
-		var (
-			first *op
-			ok    bool
-		)
-		switch {
-		case len(db.pending) == 0:
-			if armed {
-				ingest.Stop()
-				armed = false
-			}
-			first, ok = <-db.ops
-		default:
-			if !armed {
-				ingest.Reset(db.ingestWait)
-				armed = true
-			}
-			select {
-			case first, ok = <-db.ops:
-			case <-ingest.C:
-				armed = false
-				db.commitBatch(nil)
-				continue
-			}
+	arm := func() {
+		if !armed && (db.inflight != nil || db.pendingN.Load() > 0) {
+			timer.Reset(db.ingestWait)
+			armed = true
 		}
-		if !ok {
-			break
-		}
-		batch = db.collect(append(batch[:0], first))
-		db.runBatch(batch)
-		clear(batch)
 	}
-	if len(db.pending) > 0 {
-		if err := db.commitBatch(nil); err != nil {
-			db.log.Error("storage: journaled steps stay in the journal for the next start",
-				"steps", len(db.pending), "journal", db.journal.path, "err", err)
+	for {
+		select {
+		case first, ok := <-db.ops:
+			if !ok {
+				db.finalIngest()
+				return
+			}
+			batch = db.collect(append(batch[:0], first))
+			db.runBatch(batch)
+			clear(batch)
+		case <-db.kick:
+		case <-db.ingestKick:
+			_ = db.ingest()
+		case <-timer.C:
+			armed = false
+			_ = db.ingest()
 		}
+		arm()
 	}
 }
 
@@ -275,83 +261,177 @@ const (
 	ingestDelay = 100 * time.Millisecond
 	// ingestRetry is the wait after a failed ingestion before the next try.
 	ingestRetry = time.Second
-	// maxPending is how many journaled steps may wait for SQLite before new steps are
-	// refused: reached only when SQLite keeps failing (a full disk), and then the guardian
-	// must answer with errors rather than grow the journal without bound.
+	// maxPending is how many journaled steps may wait for SQLite. Past it a new step waits
+	// for the writer to store some, or, while storing fails (a full disk), is refused: the
+	// guardian must answer with errors rather than grow the journal without bound.
 	maxPending = 16 * ingestSteps
 )
 
 // ErrBacklog is returned by SaveStep while SQLite cannot take the journaled steps.
 var ErrBacklog = errors.New("storage: steps are not reaching the database; refusing new ones")
 
+// journalStep gives a step the next seq and appends it to the journal. The mutex makes the
+// append and the seq one atomic step (the journal is in seq order, and a failed write gives
+// its seq back); what takes time, building the JSON, happened before, in parallel.
+func (db *DB) journalStep(a *stepArgs, fields []byte) (int64, error) {
+	db.waiting.Add(1)
+	db.jmu.Lock()
+	db.waiting.Add(-1)
+	defer db.jmu.Unlock()
+	for db.pendingN.Load() >= maxPending {
+		// Steps come faster than SQLite takes them: wait for room, unless it is failing.
+		if db.failing.Load() {
+			return 0, ErrBacklog
+		}
+		notify(db.ingestKick)
+		db.room.Wait()
+	}
+	seq := db.nextSeq
+	buf := make([]byte, journalHeader, journalHeader+24+len(fields))
+	buf = appendStepJSON(buf, seq, fields)
+	payload := buf[journalHeader:]
+	appendRecordHeader(buf[:0], payload)
+	if err := db.journals[db.active].write(buf); err != nil {
+		db.log.Error("storage: step journal write failed", "err", err)
+		return 0, err
+	}
+	db.nextSeq++
+	db.pending = append(db.pending, pendingStep{seq: seq, args: a, json: payload})
+	db.pendingBytes += len(payload)
+	db.pendSessions[a.sessionID]++
+	db.pendingN.Add(1)
+	if len(db.pending) == 1 {
+		notify(db.kick) // start the ingestion timer
+	}
+	if len(db.pending) >= ingestSteps || db.pendingBytes >= ingestBytes {
+		notify(db.ingestKick)
+	}
+	return seq, nil
+}
+
+// notify sends on a one-slot channel without waiting: one pending signal is enough.
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// runBatch runs queued ops: Flush requests need only the journaled steps copied; other
+// writes take seqs, so they run with the journal held still, after every journaled step.
 func (db *DB) runBatch(batch []*op) {
-	var steps, others []*op
+	var flushes, others []*op
 	for _, o := range batch {
-		if o.step != nil {
-			steps = append(steps, o)
+		if o.flush {
+			flushes = append(flushes, o)
 		} else {
 			others = append(others, o)
 		}
 	}
-	if len(steps) > 0 {
-		db.journalSteps(steps)
+	var err error
+	if len(others) > 0 {
+		err = db.runOthers(others)
+	} else {
+		err = db.ingest()
 	}
-	if len(others) > 0 || len(db.pending) >= ingestSteps || db.pendingBytes >= ingestBytes {
-		_ = db.commitBatch(others) // failures went to the callers and the log
+	if err == nil && db.inflight != nil {
+		err = errors.New("storage: journaled steps not stored yet")
+	}
+	for _, o := range flushes {
+		o.err = err
+		close(o.done)
 	}
 }
 
-// journalSteps gives each step the next seq, appends them all to the journal with one write
-// and releases their callers.
-func (db *DB) journalSteps(ops []*op) {
-	size := 0
-	for _, o := range ops {
-		size += journalHeader + 24 + len(o.step.fields)
-	}
-	buf := make([]byte, 0, size)
-	seq := db.nextSeq
-	kept := ops[:0]
-	for _, o := range ops {
-		if err := o.ctx.Err(); err != nil {
-			o.err = err // the caller has gone; do not write on its behalf
-			close(o.done)
-			continue
+// ingest copies the journaled steps into SQLite: it takes them (and switches SaveStep to
+// the other journal file) under the lock, then commits without it, so steps keep being
+// journaled meanwhile. Steps whose commit failed are retried first, alone, next time.
+func (db *DB) ingest() error {
+	if db.inflight == nil {
+		db.jmu.Lock()
+		if len(db.pending) == 0 {
+			db.jmu.Unlock()
+			return nil
 		}
-		if len(db.pending)+len(kept) >= maxPending {
-			o.err = ErrBacklog
-			close(o.done)
-			continue
+		db.inflight, db.pending = db.pending, nil
+		db.inflightJournal = db.journals[db.active]
+		db.active ^= 1 // empty: its steps were stored before these were taken
+		db.pendingBytes = 0
+		db.jmu.Unlock()
+	}
+	if err := db.commit(db.inflight, nil); err != nil {
+		db.ingestWait = ingestRetry
+		db.log.Error("storage: journaled steps not stored; will retry",
+			"steps", len(db.inflight), "err", err)
+		db.jmu.Lock()
+		db.failing.Store(true)
+		db.room.Broadcast() // steps waiting for room are refused now
+		db.jmu.Unlock()
+		return err
+	}
+	db.jmu.Lock()
+	db.forget(db.inflight)
+	db.jmu.Unlock()
+	db.resetJournal(db.inflightJournal)
+	db.inflight, db.inflightJournal = nil, nil
+	return nil
+}
+
+// runOthers runs writes that take seqs: with the journal locked, so no step takes a seq
+// meanwhile, it stores every journaled step and then the writes, in one transaction.
+func (db *DB) runOthers(ops []*op) error {
+	db.jmu.Lock()
+	defer db.jmu.Unlock()
+	if db.inflight != nil {
+		if err := db.commit(db.inflight, nil); err != nil {
+			finish(ops, err)
+			return err
 		}
-		head := len(buf)
-		buf = append(buf, make([]byte, journalHeader)...)
-		buf = appendStepJSON(buf, seq, o.step.fields)
-		payload := buf[head+journalHeader : len(buf) : len(buf)]
-		appendRecordHeader(buf[head:head], payload)
-		o.step.seq, o.step.json = seq, payload
-		seq++
-		kept = append(kept, o)
+		db.forget(db.inflight)
+		db.resetJournal(db.inflightJournal)
+		db.inflight, db.inflightJournal = nil, nil
 	}
-	if len(kept) == 0 {
-		return
+	steps := db.pending
+	if err := db.commit(steps, ops); err != nil {
+		return err // the steps stay pending; the ops have their errors
 	}
-	if err := db.journal.write(buf); err != nil {
-		db.log.Error("storage: step journal write failed", "steps", len(kept), "err", err)
-		for _, o := range kept {
-			o.err = err
-			o.step.seq, o.step.json = 0, nil
-			close(o.done)
+	db.pending, db.pendingBytes = nil, 0
+	db.forget(steps)
+	db.resetJournal(db.journals[db.active])
+	return nil
+}
+
+// forget drops the marks of steps now in SQLite. jmu must be held.
+func (db *DB) forget(steps []pendingStep) {
+	for _, p := range steps {
+		if n := db.pendSessions[p.args.sessionID] - 1; n > 0 {
+			db.pendSessions[p.args.sessionID] = n
+		} else {
+			delete(db.pendSessions, p.args.sessionID)
 		}
-		return
 	}
-	db.nextSeq = seq
-	for _, o := range kept {
-		db.pending = append(db.pending, pendingStep{seq: o.step.seq, args: o.step.args, json: o.step.json})
-		db.pendingBytes += len(o.step.json)
+	db.pendingN.Add(-int64(len(steps)))
+	db.ingestWait = db.opts.IngestDelay
+	db.failing.Store(false)
+	db.room.Broadcast()
+}
+
+func (db *DB) resetJournal(j *journal) {
+	if err := j.reset(); err != nil {
+		// Harmless: the next start skips records whose seq is already stored.
+		db.log.Warn("storage: step journal not emptied", "err", err)
 	}
-	// Marked before any caller is released, so a read that follows an answer waits for it.
-	db.markPending(kept)
-	for _, o := range kept {
-		close(o.done)
+}
+
+// finalIngest stores what is journaled when the writer stops; what cannot be stored stays
+// in the journal for the next Open.
+func (db *DB) finalIngest() {
+	for range 2 { // the steps of a failed attempt, then the rest
+		if err := db.ingest(); err != nil {
+			db.log.Error("storage: journaled steps stay in the journal for the next start",
+				"steps", db.pendingN.Load(), "err", err)
+			return
+		}
 	}
 }
 
@@ -384,28 +464,33 @@ func (db *DB) collect(batch []*op) []*op {
 // collectYields is how often collect yields waiting for more writes.
 const collectYields = 2
 
-// commitBatch runs ops in as few transactions as possible, each beginning with the
-// journaled steps, and releases each caller once its outcome is known. An Exec function
-// runs under its own savepoint, so its error (an expected one, such as a hold already
-// decided) undoes only its own changes. The store's own writes (AppendEvent) run without
-// one: they fail only when something is badly wrong, and then, as when anything ends the
-// transaction early, the transaction is rolled back, the op that failed gets its error and
-// the others run again in a new transaction. It returns the error that kept journaled steps
-// out of SQLite, if any.
-func (db *DB) commitBatch(ops []*op) error {
+// commit stores steps and runs ops in as few transactions as possible, releasing each op's
+// caller once its outcome is known. An Exec function runs under its own savepoint, so its
+// error (an expected one, such as a hold already decided) undoes only its own changes. The
+// store's own writes (AppendEvent) run without one: they fail only when something is badly
+// wrong, and then, as when anything ends the transaction early, the transaction is rolled
+// back, the op that failed gets its error and the others run again in a new transaction.
+// It returns an error only when the steps could not be stored.
+func (db *DB) commit(steps []pendingStep, ops []*op) error {
 	for {
-		rest, err := db.attempt(ops)
-		if rest == nil {
+		stored, retry, err := db.attempt(steps, ops)
+		if !stored && err != nil {
 			return err
 		}
-		ops = rest
+		if stored {
+			steps = nil
+		}
+		if retry == nil {
+			return nil
+		}
+		ops = retry
 	}
 }
 
-// attempt runs ops in one transaction, after copying the journaled steps. It returns the
-// ops to run again when the transaction had to be abandoned because of one of them, and nil
-// once all are settled.
-func (db *DB) attempt(ops []*op) ([]*op, error) {
+// attempt stores steps and runs ops in one transaction. stored reports that the steps are
+// in SQLite (or set aside); retry lists the ops to run again when the transaction had to be
+// abandoned because of one of them. err is what kept the steps out.
+func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op, err error) {
 	for _, o := range ops {
 		o.err = nil // from an earlier attempt
 	}
@@ -414,25 +499,23 @@ func (db *DB) attempt(ops []*op) ([]*op, error) {
 		err = fmt.Errorf("storage: begin write transaction: %w", err)
 		db.log.Error("storage: write batch failed", "ops", len(ops), "err", err)
 		finish(ops, err)
-		db.ingestWait = ingestRetry
-		return nil, err
+		return len(steps) == 0, nil, err
 	}
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
 
-	ingested := len(db.pending)
-	if ingested > 0 {
-		if err := db.ingestTx(b); err != nil {
+	if len(steps) > 0 {
+		if err := db.ingestTx(b, steps); err != nil {
 			_ = tx.Rollback()
 			// A step SQLite refuses must not hold back the others: sort them out one by one.
-			if serr := db.salvage(); serr != nil {
+			if serr := db.salvage(steps); serr != nil {
 				serr = fmt.Errorf("storage: store journaled steps: %w", serr)
-				db.log.Error("storage: journaled steps not stored; will retry",
-					"steps", len(db.pending), "err", serr)
 				finish(ops, serr)
-				db.ingestWait = ingestRetry
-				return nil, serr
+				return false, nil, serr
 			}
-			return ops, nil
+			if len(ops) == 0 {
+				return true, nil, nil
+			}
+			return true, ops, nil
 		}
 	}
 
@@ -451,50 +534,45 @@ func (db *DB) attempt(ops []*op) ([]*op, error) {
 				"retry", len(ran)+len(ops)-i-1, "err", txErr)
 			o.err = cmp.Or(opErr, txErr)
 			close(o.done)
-			return append(ran, ops[i+1:]...), nil
+			return false, append(ran, ops[i+1:]...), nil
 		}
 		o.err = opErr
 		ran = append(ran, o)
 	}
 	var last int64
 	if len(ran) > 0 {
-		// Events of these ops took seqs after every journaled step's; carry on after them.
+		// The ops' events took seqs after every journaled step's; steps carry on after them.
 		if err := tx.QueryRow(`SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
 			_ = tx.Rollback()
 			err = fmt.Errorf("storage: read last seq: %w", err)
 			finish(ran, err)
-			return nil, err
+			return false, nil, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		// A failed COMMIT can leave SQLite's transaction open; end it so the next BEGIN works.
 		_, _ = db.w.Exec("ROLLBACK")
 		err = fmt.Errorf("storage: commit: %w", err)
-		db.log.Error("storage: write batch failed", "ops", len(ran), "steps", ingested, "err", err)
+		db.log.Error("storage: write batch failed", "ops", len(ran), "steps", len(steps), "err", err)
 		finish(ran, err)
-		db.ingestWait = ingestRetry
-		return nil, err
+		return false, nil, err
 	}
 	if len(ran) > 0 {
-		db.nextSeq = max(db.nextSeq, last+1)
+		db.nextSeq = max(db.nextSeq, last+1) // jmu is held when there are ops
 	}
-	if ingested > 0 {
-		db.ingestedAll()
-	}
-	db.committed(ingested + len(ran))
+	db.committed(len(steps) + len(ran))
 	for _, o := range ran {
 		close(o.done)
 	}
-	return nil, nil
+	return true, nil, nil
 }
 
-// ingestTx copies every journaled step into the transaction, then updates each session's
-// summary once.
-func (db *DB) ingestTx(b *batchTx) error {
+// ingestTx copies steps into the transaction, then updates each session's summary once.
+func (db *DB) ingestTx(b *batchTx, steps []pendingStep) error {
 	deltas := make(map[string]*sessionDelta)
 	var order []*sessionDelta
-	for i := range db.pending {
-		p := &db.pending[i]
+	for i := range steps {
+		p := &steps[i]
 		if err := p.args.insertRow(b, p.seq); err != nil {
 			return err
 		}
@@ -514,18 +592,18 @@ func (db *DB) ingestTx(b *batchTx) error {
 	return nil
 }
 
-// salvage stores the journaled steps one by one, each under a savepoint, and sets aside the
-// ones SQLite refuses for a reason of their own (a constraint): they go to the rejected
-// file and the log, so that one bad step cannot keep every later one out. Any other error
-// (a full disk, an I/O error) concerns them all: nothing is committed and it is returned.
-func (db *DB) salvage() error {
+// salvage stores steps one by one, each under a savepoint, and sets aside the ones SQLite
+// refuses for a reason of their own (a constraint): they go to the rejected file and the
+// log, so that one bad step cannot keep every later one out. Any other error (a full disk,
+// an I/O error) concerns them all: nothing is committed and it is returned.
+func (db *DB) salvage(steps []pendingStep) error {
 	tx, err := db.w.BeginTx(context.Background(), nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
 	var rejected []rejectedStep
-	for _, p := range db.pending {
+	for _, p := range steps {
 		opErr, txErr := db.runOp(b, &op{savepoint: true, run: func(b *batchTx) error {
 			return p.args.insert(b, p.seq)
 		}})
@@ -545,22 +623,8 @@ func (db *DB) salvage() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	db.reject(rejected)
-	db.committed(len(db.pending) - len(rejected))
-	db.ingestedAll()
+	db.committed(len(steps) - len(rejected))
 	return nil
-}
-
-// ingestedAll forgets the journaled steps, now in SQLite, and empties the journal.
-func (db *DB) ingestedAll() {
-	clear(db.pending)
-	db.pending = db.pending[:0]
-	db.pendingBytes = 0
-	db.ingestWait = db.opts.IngestDelay
-	db.clearPending()
-	if err := db.journal.reset(); err != nil {
-		// Harmless: the next start skips records whose seq is already stored.
-		db.log.Warn("storage: step journal not emptied", "err", err)
-	}
 }
 
 // committed counts a committed transaction and asks for a checkpoint every so often.

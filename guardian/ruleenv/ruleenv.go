@@ -30,17 +30,17 @@ type History struct {
 // Build returns the Env for step. now is the evaluation time (zero: the Program's clock).
 // Params are decoded into Env.Params; use BuildFor to skip that when no rule reads them.
 func Build(step *aos.Step, hist History, now time.Time) *rules.Env {
-	return build(step, hist, now, true)
+	return build(step, hist, now, true, true)
 }
 
-// BuildFor is Build for one Program: it leaves Env.Params nil when no rule of prog reads
-// params. Evaluate the result with that same prog (not Engine.Evaluate, which may have
-// swapped in rules that do read params meanwhile).
+// BuildFor is Build for one Program: it leaves Env.Params and Env.ToolDef nil when no rule
+// of prog reads them. Evaluate the result with that same prog (not Engine.Evaluate, which
+// may have swapped in rules that do read them meanwhile).
 func BuildFor(prog *rules.Program, step *aos.Step, hist History, now time.Time) *rules.Env {
-	return build(step, hist, now, prog.UsesParams())
+	return build(step, hist, now, prog.UsesParams(), prog.UsesToolDef())
 }
 
-func build(step *aos.Step, hist History, now time.Time, params bool) *rules.Env {
+func build(step *aos.Step, hist History, now time.Time, params, toolDefs bool) *rules.Env {
 	env := &rules.Env{
 		Method:    step.Method,
 		Kind:      string(step.Kind),
@@ -63,7 +63,7 @@ func build(step *aos.Step, hist History, now time.Time, params bool) *rules.Env 
 				Org: firstNonEmpty(u.Organization.ID, u.Organization.Name)}
 		}
 		env.TurnID, env.StepID = c.TurnID, c.StepID
-		if env.Tool != "" {
+		if env.Tool != "" && toolDefs {
 			env.ToolDef = toolDef(a.Tools, env.Tool)
 		}
 	}
