@@ -57,9 +57,11 @@ func (c *Config) withDefaults() {
 	}
 }
 
-// Publisher receives every committed event for the live stream. It must not block.
+// Publisher receives every stored event for the live stream. It must not block.
 type Publisher interface {
 	Publish(ev storage.Event)
+	// PublishStep publishes a stored step's "step" event (its payload the record).
+	PublishStep(rec *storage.StepRecord)
 }
 
 // Options are the guardian's collaborators. Store is required; the rest have defaults.
@@ -231,8 +233,7 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 		}
 	}
 	if g.pub != nil {
-		payload := rec.AppendJSON(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)))
-		g.pub.Publish(storage.Event{Seq: rec.Seq, Type: "step", SessionID: sessionID, At: rec.ReceivedAt, Payload: payload})
+		g.pub.PublishStep(&rec)
 	}
 	if step.IsNotification() {
 		return Outcome{Record: rec}, nil

@@ -22,7 +22,7 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 			Code: aos.CodeInvalidRequest, Message: "invalid request: the AOS endpoint accepts POST only"}))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength, g.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -162,4 +162,27 @@ func writeRPC(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// readBody reads r whole, sized up front from the declared length (bounded by limit, the
+// reader's own limit) rather than grown from 512 bytes as io.ReadAll does.
+func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
+	if declared <= 0 || declared > limit {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, declared+1) // +1: EOF is seen without growing
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			rest, err := io.ReadAll(r) // longer than declared: let the limit reader decide
+			return append(buf, rest...), err
+		}
+	}
 }

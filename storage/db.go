@@ -19,7 +19,9 @@ import (
 
 // Checkpoint cadence and the size the WAL is trimmed back to after a checkpoint.
 const (
-	checkpointEvery = 1000 // writes
+	// Steps are appended, so a checkpoint copies their pages once however rare it is; the
+	// pages written over and over (index tails, session rows) are copied once per checkpoint.
+	checkpointEvery = 8000 // writes
 	walSizeLimit    = 64 << 20
 )
 

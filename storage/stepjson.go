@@ -21,19 +21,19 @@ func (rec *StepRecord) AppendJSON(b []byte) []byte {
 // encoding/json re-scans and compacts both raw messages, which cost more than the rest.
 func appendStepFields(b []byte, rec *StepRecord) []byte {
 	b = append(b, `,"sessionId":`...)
-	b = appendJSONString(b, rec.SessionID)
+	b = AppendJSONString(b, rec.SessionID)
 	b = appendOptString(b, `,"turnId":`, rec.TurnID)
 	b = appendOptString(b, `,"stepId":`, rec.StepID)
 	b = append(b, `,"method":`...)
-	b = appendJSONString(b, rec.Method)
+	b = AppendJSONString(b, rec.Method)
 	b = append(b, `,"kind":`...)
-	b = appendJSONString(b, rec.Kind)
+	b = AppendJSONString(b, rec.Kind)
 	b = appendOptString(b, `,"agentId":`, rec.AgentID)
 	b = appendOptString(b, `,"agentName":`, rec.AgentName)
 	b = appendOptString(b, `,"userId":`, rec.UserID)
 	b = appendOptString(b, `,"tool":`, rec.Tool)
 	b = append(b, `,"decision":`...)
-	b = appendJSONString(b, rec.Decision)
+	b = AppendJSONString(b, rec.Decision)
 	b = append(b, `,"receivedAt":"`...)
 	b = rec.ReceivedAt.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","request":`...)
@@ -50,11 +50,11 @@ func appendStepFields(b []byte, rec *StepRecord) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"ruleId":`...)
-			b = appendJSONString(b, m.RuleID)
+			b = AppendJSONString(b, m.RuleID)
 			b = append(b, `,"action":`...)
-			b = appendJSONString(b, m.Action)
+			b = AppendJSONString(b, m.Action)
 			b = append(b, `,"mode":`...)
-			b = appendJSONString(b, m.Mode)
+			b = AppendJSONString(b, m.Mode)
 			b = appendOptString(b, `,"reasonCode":`, m.ReasonCode)
 			b = appendOptString(b, `,"error":`, m.Error)
 			b = append(b, '}')
@@ -82,7 +82,7 @@ func appendOptString(b []byte, key, s string) []byte {
 		return b
 	}
 	b = append(b, key...)
-	return appendJSONString(b, s)
+	return AppendJSONString(b, s)
 }
 
 func appendRaw(b []byte, raw []byte) []byte {
@@ -96,7 +96,7 @@ const hexDigits = "0123456789abcdef"
 
 // appendJSONString quotes s the way encoding/json does: HTML-safe (<, > and & escaped),
 // U+2028 and U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -109,7 +109,7 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	}
 	// The JSON is built here, in parallel with other callers; under the journal's lock
 	// only the seq is put in front.
-	fields := appendStepFields(make([]byte, 0, 512+len(rec.Request)+len(rec.Response)), rec)
+	fields := appendStepFields(make([]byte, stepHeadroom, stepHeadroom+512+len(rec.Request)+len(rec.Response)), rec)
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -270,10 +270,15 @@ const (
 // ErrBacklog is returned by SaveStep while SQLite cannot take the journaled steps.
 var ErrBacklog = errors.New("storage: steps are not reaching the database; refusing new ones")
 
+// stepHeadroom is the room SaveStep leaves in front of a step's fields for the record
+// header and the seq, so that the record is completed in place.
+const stepHeadroom = journalHeader + len(`{"seq":`) + 20
+
 // journalStep gives a step the next seq and appends it to the journal. The mutex makes the
 // append and the seq one atomic step (the journal is in seq order, and a failed write gives
-// its seq back); what takes time, building the JSON, happened before, in parallel.
-func (db *DB) journalStep(a *stepArgs, fields []byte) (int64, error) {
+// its seq back); what takes time, building the JSON, happened before, in parallel. buf holds
+// the step's fields (appendStepFields) after stepHeadroom bytes.
+func (db *DB) journalStep(a *stepArgs, buf []byte) (int64, error) {
 	db.waiting.Add(1)
 	db.jmu.Lock()
 	db.waiting.Add(-1)
@@ -287,11 +292,13 @@ func (db *DB) journalStep(a *stepArgs, fields []byte) (int64, error) {
 		db.room.Wait()
 	}
 	seq := db.nextSeq
-	buf := make([]byte, journalHeader, journalHeader+24+len(fields))
-	buf = appendStepJSON(buf, seq, fields)
-	payload := buf[journalHeader:]
-	appendRecordHeader(buf[:0], payload)
-	if err := db.journals[db.active].write(buf); err != nil {
+	var prefix [stepHeadroom]byte
+	p := appendStepJSON(prefix[:0], seq, nil)
+	start := stepHeadroom - len(p)
+	copy(buf[start:], p)
+	payload := buf[start:]
+	appendRecordHeader(buf[start-journalHeader:start-journalHeader], payload)
+	if err := db.journals[db.active].write(buf[start-journalHeader:]); err != nil {
 		db.log.Error("storage: step journal write failed", "err", err)
 		return 0, err
 	}

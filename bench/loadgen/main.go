@@ -47,6 +47,7 @@ type options struct {
 	duration    time.Duration
 	warmup      time.Duration
 	concurrency []int
+	rounds      int
 	markdown    bool
 }
 
@@ -59,6 +60,7 @@ func run() error {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measuring time per concurrency level")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per level")
 	flag.StringVar(&conc, "concurrency", "1,8,32", "comma-separated numbers of concurrent agents")
+	flag.IntVar(&o.rounds, "rounds", 3, "measurements of floor and guardian, alternating, per concurrency level")
 	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
 	flag.Parse()
 	for _, f := range strings.Split(conc, ",") {
@@ -88,29 +90,45 @@ func run() error {
 		target = url
 	}
 
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds: %d is not a positive integer", o.rounds)
+	}
 	type row struct {
 		c            int
 		floor, vigil result
+		// Medians over the rounds of the paired ratios: each round measures the floor and
+		// the guardian back to back, so a busy machine slows both alike.
+		rpsRatio, p50Ratio float64
 	}
 	var rows []row
 	for _, c := range o.concurrency {
-		f, err := drive(floorURL, c, o.warmup, o.duration)
-		if err != nil {
-			return fmt.Errorf("floor at %d: %w", c, err)
+		var fs, vs []result
+		var rpsRatios, p50Ratios []float64
+		for range o.rounds {
+			f, err := drive(floorURL, c, o.warmup, o.duration)
+			if err != nil {
+				return fmt.Errorf("floor at %d: %w", c, err)
+			}
+			v, err := drive(target, c, o.warmup, o.duration)
+			if err != nil {
+				return fmt.Errorf("vigil at %d: %w", c, err)
+			}
+			fs, vs = append(fs, f), append(vs, v)
+			rpsRatios = append(rpsRatios, v.rps/f.rps)
+			p50Ratios = append(p50Ratios, float64(v.p50)/float64(f.p50))
 		}
-		v, err := drive(target, c, o.warmup, o.duration)
-		if err != nil {
-			return fmt.Errorf("vigil at %d: %w", c, err)
-		}
-		rows = append(rows, row{c, f, v})
+		rows = append(rows, row{c, combine(fs), combine(vs), median(rpsRatios), median(p50Ratios)})
 	}
 	fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
 	fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors)
 		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
-			100*r.vigil.rps/r.floor.rps, float64(r.vigil.p50)/float64(r.floor.p50))
+			100*r.rpsRatio, r.p50Ratio)
 	}
+	fmt.Printf("\n%d rounds per level, floor and vigil alternating, %s each after %s of warm-up: req/s is the median round,\n"+
+		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n",
+		o.rounds, o.duration, o.warmup)
 	for _, r := range rows {
 		if r.vigil.errors > 0 {
 			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors, r.c)
@@ -125,6 +143,7 @@ type result struct {
 	rps           float64
 	p50, p90, p99 time.Duration
 	errors        int64
+	lat           []time.Duration // sorted
 }
 
 // drive runs c agents in a closed loop against url: each sends a step, waits for the
@@ -182,8 +201,38 @@ func drive(url string, c int, warmup, dur time.Duration) (result, error) {
 		return result{}, errors.New("no request completed")
 	}
 	slices.Sort(all)
-	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
-	return result{rps: float64(len(all)) / elapsed.Seconds(), p50: pct(0.50), p90: pct(0.90), p99: pct(0.99), errors: errs.Load()}, nil
+	r := result{rps: float64(len(all)) / elapsed.Seconds(), errors: errs.Load(), lat: all}
+	r.p50, r.p90, r.p99 = pct(all, 0.50), pct(all, 0.90), pct(all, 0.99)
+	return r, nil
+}
+
+// pct is the p-quantile of sorted latencies.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	return sorted[int(p*float64(len(sorted)-1))]
+}
+
+// combine merges rounds: the median round's req/s, percentiles over every request.
+func combine(rs []result) result {
+	var out result
+	var rps []float64
+	for _, r := range rs {
+		rps = append(rps, r.rps)
+		out.lat = append(out.lat, r.lat...)
+		out.errors += r.errors
+	}
+	slices.Sort(out.lat)
+	out.rps = median(rps)
+	out.p50, out.p90, out.p99 = pct(out.lat, 0.50), pct(out.lat, 0.90), pct(out.lat, 0.99)
+	return out
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 func post(client *http.Client, url string, body []byte) error {

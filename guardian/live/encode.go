@@ -1,7 +1,6 @@
 package live
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -14,17 +13,7 @@ import (
 // time proportional to the step's size on every event.
 func encodeEvent(ev storage.Event) []byte {
 	buf := make([]byte, 0, 64+len(ev.Type)+len(ev.SessionID)+len(ev.Payload))
-	buf = append(buf, `{"seq":`...)
-	buf = strconv.AppendInt(buf, ev.Seq, 10)
-	buf = append(buf, `,"type":`...)
-	buf = appendString(buf, ev.Type)
-	if ev.SessionID != "" {
-		buf = append(buf, `,"sessionId":`...)
-		buf = appendString(buf, ev.SessionID)
-	}
-	buf = append(buf, `,"at":"`...)
-	buf = ev.At.AppendFormat(buf, time.RFC3339Nano)
-	buf = append(buf, `","payload":`...)
+	buf = appendEnvelope(buf, ev.Seq, ev.Type, ev.SessionID, ev.At)
 	if len(ev.Payload) == 0 {
 		buf = append(buf, "null"...)
 	} else {
@@ -33,17 +22,27 @@ func encodeEvent(ev storage.Event) []byte {
 	return append(buf, '}')
 }
 
-// appendString appends s as a JSON string. Types and session ids are plain ASCII; anything
-// else goes through encoding/json for its escaping rules.
-func appendString(buf []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, _ := json.Marshal(s) // a string always marshals
-			return append(buf, quoted...)
-		}
+// encodeStep writes a step's event frame, the record encoded straight into it: the same
+// frame as encodeEvent of the event with the record's JSON as payload, with one copy of the
+// (large) request and response instead of two.
+func encodeStep(rec *storage.StepRecord) []byte {
+	buf := make([]byte, 0, 640+len(rec.SessionID)*2+len(rec.Request)+len(rec.Response)+len(rec.Text))
+	buf = appendEnvelope(buf, rec.Seq, storage.EventStep, rec.SessionID, rec.ReceivedAt)
+	buf = rec.AppendJSON(buf)
+	return append(buf, '}')
+}
+
+// appendEnvelope appends an event frame up to its payload.
+func appendEnvelope(buf []byte, seq int64, typ, sessionID string, at time.Time) []byte {
+	buf = append(buf, `{"seq":`...)
+	buf = strconv.AppendInt(buf, seq, 10)
+	buf = append(buf, `,"type":`...)
+	buf = storage.AppendJSONString(buf, typ)
+	if sessionID != "" {
+		buf = append(buf, `,"sessionId":`...)
+		buf = storage.AppendJSONString(buf, sessionID)
 	}
-	buf = append(buf, '"')
-	buf = append(buf, s...)
-	return append(buf, '"')
+	buf = append(buf, `,"at":"`...)
+	buf = at.AppendFormat(buf, time.RFC3339Nano)
+	return append(buf, `","payload":`...)
 }

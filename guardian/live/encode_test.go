@@ -39,3 +39,23 @@ func TestEncodeEventMatchesJSONMarshal(t *testing.T) {
 		})
 	}
 }
+
+// A step's frame is the frame of its event with the record as payload.
+func TestEncodeStepMatchesEncodeEvent(t *testing.T) {
+	at := time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
+	for _, rec := range []*storage.StepRecord{
+		{Seq: 9, SessionID: "s1", Method: "steps/message", Kind: "message", Decision: "allow", ReceivedAt: at,
+			Request: json.RawMessage(`{"jsonrpc":"2.0","id":1}`), Response: json.RawMessage(`{"result":{}}`),
+			MatchedRules: []storage.RuleMatch{}},
+		{Seq: 10, SessionID: "sé<\x01>", Method: "m", Decision: "deny", ReceivedAt: at, Text: "a\nb", Held: true,
+			MatchedRules: []storage.RuleMatch{{RuleID: "r", Action: "deny", Mode: "enforce", Error: "x&y"}}},
+	} {
+		payload, err := json.Marshal(rec)
+		require.NoError(t, err)
+		ev := storage.Event{Seq: rec.Seq, Type: storage.EventStep, SessionID: rec.SessionID, At: rec.ReceivedAt, Payload: payload}
+		require.Equal(t, string(encodeEvent(ev)), string(encodeStep(rec)))
+		want, err := json.Marshal(ev)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(encodeStep(rec)))
+	}
+}

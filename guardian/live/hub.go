@@ -242,15 +242,30 @@ func (h *Hub) Publish(ev storage.Event) {
 	}
 	// Encoding here spreads the work over the publishers instead of the hub goroutine,
 	// and copies the payload so the caller may reuse it.
+	h.send(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})
+}
+
+// PublishStep publishes a stored step's event, encoding the record into the frame itself.
+// Like Publish, it never blocks.
+func (h *Hub) PublishStep(rec *storage.StepRecord) {
 	select {
-	case h.in <- frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)}:
+	case <-h.stopping:
+		return
+	default:
+	}
+	h.send(frame{seq: rec.Seq, session: rec.SessionID, data: encodeStep(rec)})
+}
+
+func (h *Hub) send(f frame) {
+	select {
+	case h.in <- f:
 		h.published.Add(1)
 	default:
 		h.dropped.Add(1)
-		if ev.Seq > 0 {
+		if f.seq > 0 {
 			for {
 				cur := h.lostMax.Load()
-				if ev.Seq <= cur || h.lostMax.CompareAndSwap(cur, ev.Seq) {
+				if f.seq <= cur || h.lostMax.CompareAndSwap(cur, f.seq) {
 					break
 				}
 			}
