@@ -127,6 +127,9 @@ type frame struct {
 	seq     int64
 	session string
 	data    []byte
+	// rec, for a step published by PublishStep, is encoded into data when a client first
+	// needs it: with no console connected, nothing is encoded at all.
+	rec *storage.StepRecord
 }
 
 // client is one connection as the hub sees it. The hub goroutine owns the set; the
@@ -245,7 +248,8 @@ func (h *Hub) Publish(ev storage.Event) {
 	h.send(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})
 }
 
-// PublishStep publishes a stored step's event, encoding the record into the frame itself.
+// PublishStep publishes a stored step's event, its payload the record. The record is
+// encoded only if a client is there to receive it, so rec must not change after the call.
 // Like Publish, it never blocks.
 func (h *Hub) PublishStep(rec *storage.StepRecord) {
 	select {
@@ -253,7 +257,7 @@ func (h *Hub) PublishStep(rec *storage.StepRecord) {
 		return
 	default:
 	}
-	h.send(frame{seq: rec.Seq, session: rec.SessionID, data: encodeStep(rec)})
+	h.send(frame{seq: rec.Seq, session: rec.SessionID, rec: rec})
 }
 
 func (h *Hub) send(f frame) {
@@ -500,6 +504,9 @@ func (l *loop) deliver(f frame) {
 	for c := range l.clients {
 		if c.session != "" && f.seq != 0 && f.session != c.session {
 			continue
+		}
+		if f.data == nil && f.rec != nil {
+			f.data, f.rec = encodeStep(f.rec), nil
 		}
 		select {
 		case c.send <- f:

@@ -61,6 +61,38 @@ func TestFrameFormat(t *testing.T) {
 		"at":"2025-01-02T03:04:05.001Z","payload":{"id":"h1","status":"pending"}}`, string(data))
 }
 
+// A step published as a record reaches the client as the frame of its event, encoded only
+// once a client is there; one published with no client costs no encoding.
+func TestPublishStep(t *testing.T) {
+	st := &memStore{}
+	e := start(t, Options{Source: st})
+	rec := &storage.StepRecord{SessionID: "s9", Method: "steps/message", Kind: "message", Decision: "deny",
+		Request: json.RawMessage(`{"id":1}`), Response: json.RawMessage(`{"result":{}}`), MatchedRules: []storage.RuleMatch{}}
+	payload, err := json.Marshal(rec)
+	require.NoError(t, err)
+	unseen := st.add("step", "s9", string(payload))
+	rec.Seq, rec.ReceivedAt = unseen.Seq, unseen.At
+	e.hub.PublishStep(rec)
+
+	conn := e.dial(t, "", nil)
+	rec2 := *rec
+	payload2, err := json.Marshal(&rec2)
+	require.NoError(t, err)
+	ev := st.add("step", "s9", string(payload2))
+	rec2.Seq, rec2.ReceivedAt = ev.Seq, ev.At
+	payload2, err = json.Marshal(&rec2)
+	require.NoError(t, err)
+	ev.Payload = payload2
+	e.hub.PublishStep(&rec2)
+
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(testTimeout)))
+	_, data, err := conn.ReadMessage()
+	require.NoError(t, err)
+	want, err := json.Marshal(ev)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(data))
+}
+
 // A client resuming with after=N while events keep arriving gets exactly N+1.. in order:
 // live events that arrive during the replay are held and deduplicated against it.
 func TestResumeAfterWhileLiveEventsArrive(t *testing.T) {
