@@ -115,6 +115,14 @@ type DB struct {
 	failing  atomic.Bool
 	// kick starts the writer's ingestion timer; ingestKick asks for an ingestion now.
 	kick, ingestKick chan struct{}
+	// jq holds steps waiting for a journal write; jleader is set while a SaveStep leads
+	// the writing, jwriting while it writes (without jmu). holdJournal stops new writes
+	// (the writer taking the pending steps); jidle signals changes of these two.
+	jq          []*jrec
+	jleader     bool
+	jwriting    bool
+	holdJournal bool
+	jidle       *sync.Cond
 	// waiting counts SaveStep calls waiting for jmu; steps counts those past the closed check.
 	waiting atomic.Int64
 	steps   sync.WaitGroup
@@ -173,6 +181,7 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		ingestKick:   make(chan struct{}, 1),
 	}
 	db.room = sync.NewCond(&db.jmu)
+	db.jidle = sync.NewCond(&db.jmu)
 
 	defer func() {
 		if err != nil {

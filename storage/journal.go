@@ -148,6 +148,22 @@ func (j *journal) write(framed []byte) error {
 	return nil
 }
 
+// writeFrames appends the records' frames with one write call.
+func (j *journal) writeFrames(recs []*jrec) error {
+	if len(recs) == 1 {
+		return j.write(recs[0].frame)
+	}
+	n := 0
+	for _, r := range recs {
+		n += len(r.frame)
+	}
+	buf := make([]byte, 0, n)
+	for _, r := range recs {
+		buf = append(buf, r.frame...)
+	}
+	return j.write(buf)
+}
+
 // reset empties the journal once everything in it is in SQLite.
 func (j *journal) reset() error {
 	if j.size == 0 {

@@ -274,46 +274,139 @@ var ErrBacklog = errors.New("storage: steps are not reaching the database; refus
 // header and the seq, so that the record is completed in place.
 const stepHeadroom = journalHeader + len(`{"seq":`) + 20
 
-// journalStep gives a step the next seq and appends it to the journal. The mutex makes the
-// append and the seq one atomic step (the journal is in seq order, and a failed write gives
-// its seq back); what takes time, building the JSON, happened before, in parallel. buf holds
-// the step's fields (appendStepFields) after stepHeadroom bytes.
+// journalStep gives a step the next seq and appends it to the journal. Concurrent steps
+// share a write: the first to find no write going on leads, writing every record queued by
+// then with one call, and passes the lead to the owner of the next queued record, if any.
+// The journal stays in seq order; what takes time, building the JSON, happened before, in
+// parallel. buf holds the step's fields (appendStepFields) after stepHeadroom bytes.
 func (db *DB) journalStep(a *stepArgs, buf []byte) (int64, error) {
 	db.waiting.Add(1)
 	db.jmu.Lock()
 	db.waiting.Add(-1)
-	defer db.jmu.Unlock()
 	for db.pendingN.Load() >= maxPending {
 		// Steps come faster than SQLite takes them: wait for room, unless it is failing.
 		if db.failing.Load() {
+			db.jmu.Unlock()
 			return 0, ErrBacklog
 		}
 		notify(db.ingestKick)
 		db.room.Wait()
 	}
-	seq := db.nextSeq
+	r := &jrec{args: a, buf: buf, wake: make(chan bool, 1)}
+	db.jq = append(db.jq, r)
+	if db.jleader {
+		db.jmu.Unlock()
+		if lead := <-r.wake; !lead {
+			return r.result()
+		}
+		db.jmu.Lock()
+	}
+	db.jleader = true
+	db.lead(r)
+	return r.result()
+}
+
+// jrec is a step in the journal queue.
+type jrec struct {
+	seq  int64
+	args *stepArgs
+	buf  []byte
+	// frame is the record as written, payload its JSON; set with seq by the leader.
+	frame, payload []byte
+	// wake tells the owner its record is written (false) or that it leads now (true).
+	wake chan bool
+	err  error
+}
+
+// complete puts the seq in front of the fields and the header in front of that.
+func (r *jrec) complete() {
 	var prefix [stepHeadroom]byte
-	p := appendStepJSON(prefix[:0], seq, nil)
+	p := appendStepJSON(prefix[:0], r.seq, nil)
 	start := stepHeadroom - len(p)
-	copy(buf[start:], p)
-	payload := buf[start:]
-	appendRecordHeader(buf[start-journalHeader:start-journalHeader], payload)
-	if err := db.journals[db.active].write(buf[start-journalHeader:]); err != nil {
-		db.log.Error("storage: step journal write failed", "err", err)
-		return 0, err
+	copy(r.buf[start:], p)
+	r.payload = r.buf[start:]
+	appendRecordHeader(r.buf[start-journalHeader:start-journalHeader], r.payload)
+	r.frame = r.buf[start-journalHeader:]
+}
+
+func (r *jrec) result() (int64, error) {
+	if r.err != nil {
+		return 0, r.err
 	}
-	db.nextSeq++
-	db.pending = append(db.pending, pendingStep{seq: seq, args: a, json: payload})
-	db.pendingBytes += len(payload)
-	db.pendSessions[a.sessionID]++
-	db.pendingN.Add(1)
-	if len(db.pending) == 1 {
-		notify(db.kick) // start the ingestion timer
+	return r.seq, nil
+}
+
+// lead writes the queued records, own among them, then passes the lead on. jmu is held on
+// entry and released on return.
+func (db *DB) lead(own *jrec) {
+	for db.holdJournal {
+		db.jidle.Wait()
 	}
-	if len(db.pending) >= ingestSteps || db.pendingBytes >= ingestBytes {
-		notify(db.ingestKick)
+	batch := db.jq
+	db.jq = nil
+	// Seqs are given here, not when queued: whoever holds the journal (holdJournalWrites)
+	// then knows that every seq given is in a pending step or lost to a failed write.
+	for _, r := range batch {
+		r.seq = db.nextSeq
+		db.nextSeq++
 	}
-	return seq, nil
+	j := db.journals[db.active]
+	db.jwriting = true
+	db.jmu.Unlock()
+	for _, r := range batch {
+		r.complete()
+	}
+	err := j.writeFrames(batch)
+	db.jmu.Lock()
+	db.jwriting = false
+	if err != nil {
+		// Their seqs stay unused: the live stream skips a seq the store never gets.
+		db.log.Error("storage: step journal write failed", "steps", len(batch), "err", err)
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.err = err
+			continue
+		}
+		db.pending = append(db.pending, pendingStep{seq: r.seq, args: r.args, json: r.payload})
+		db.pendingBytes += len(r.payload)
+		db.pendSessions[r.args.sessionID]++
+	}
+	if err == nil {
+		if db.pendingN.Add(int64(len(batch))) == int64(len(batch)) {
+			notify(db.kick) // the first pending steps: start the ingestion timer
+		}
+		if len(db.pending) >= ingestSteps || db.pendingBytes >= ingestBytes {
+			notify(db.ingestKick)
+		}
+	}
+	db.jidle.Broadcast()
+	for _, r := range batch {
+		if r != own {
+			r.wake <- false
+		}
+	}
+	if len(db.jq) > 0 {
+		db.jq[0].wake <- true
+	} else {
+		db.jleader = false
+	}
+	db.jmu.Unlock()
+}
+
+// holdJournal stops journal writes and waits for the one going on, so that the caller can
+// take the pending steps or run writes that take seqs. jmu must be held; releaseJournal
+// undoes it.
+func (db *DB) holdJournalWrites() {
+	db.holdJournal = true
+	for db.jwriting {
+		db.jidle.Wait()
+	}
+}
+
+func (db *DB) releaseJournalWrites() {
+	db.holdJournal = false
+	db.jidle.Broadcast()
 }
 
 // notify sends on a one-slot channel without waiting: one pending signal is enough.
@@ -360,10 +453,12 @@ func (db *DB) ingest() error {
 			db.jmu.Unlock()
 			return nil
 		}
+		db.holdJournalWrites()
 		db.inflight, db.pending = db.pending, nil
 		db.inflightJournal = db.journals[db.active]
 		db.active ^= 1 // empty: its steps were stored before these were taken
 		db.pendingBytes = 0
+		db.releaseJournalWrites()
 		db.jmu.Unlock()
 	}
 	if err := db.commit(db.inflight, nil); err != nil {
@@ -388,7 +483,11 @@ func (db *DB) ingest() error {
 // meanwhile, it stores every journaled step and then the writes, in one transaction.
 func (db *DB) runOthers(ops []*op) error {
 	db.jmu.Lock()
-	defer db.jmu.Unlock()
+	db.holdJournalWrites()
+	defer func() {
+		db.releaseJournalWrites()
+		db.jmu.Unlock()
+	}()
 	if db.inflight != nil {
 		if err := db.commit(db.inflight, nil); err != nil {
 			finish(ops, err)
