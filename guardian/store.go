@@ -11,7 +11,8 @@ import (
 // another backend only has to satisfy this interface.
 type Store interface {
 	// SaveStep stores a step and the matching "step" event, assigns rec.Seq, and returns
-	// once the write is committed (group commit: concurrent callers share one transaction).
+	// once the step is durable (storage.DB: in its step journal; concurrent callers share
+	// one write). Reads made after it returns see the step.
 	SaveStep(ctx context.Context, rec *storage.StepRecord) error
 	// AppendEvent stores a non-step event (hold, rule, session control), assigns ev.Seq and
 	// returns once committed.
