@@ -188,6 +188,9 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 			db.closeConns()
 		}
 	}()
+	if err := createFile(ctx, abs); err != nil {
+		return nil, err
+	}
 	// The writer pool is exactly one connection that never expires: the writer goroutine
 	// is its only user, and statements prepared on it stay valid for the life of the DB.
 	if db.w, err = openPool(ctx, abs, roleWriter, 1, opts.BusyTimeout); err != nil {
@@ -219,6 +222,39 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	go db.writer()
 	go db.checkpointer()
 	return db, nil
+}
+
+// pageSize is the page size of databases Vigil creates: 8 KiB pages halve the WAL frames
+// (two system calls each) that the appended steps take, against 4 KiB.
+const pageSize = 8192
+
+// createFile creates the database file with Vigil's page size when it does not exist yet.
+// The page size is fixed when the first page is written, and cannot change once the file
+// is in WAL mode, which every connection's options set first: so a plain connection sets
+// both, in that order, before any other opens the file. Existing files keep their size.
+func createFile(ctx context.Context, abs string) error {
+	if st, err := os.Stat(abs); err == nil && st.Size() > 0 {
+		return nil
+	}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}
+	if !strings.HasPrefix(u.Path, "/") {
+		u.Path = "/" + u.Path
+	}
+	c, err := sql.Open("sqlite", u.String())
+	if err != nil {
+		return fmt.Errorf("storage: create %q: %w", abs, err)
+	}
+	defer c.Close()
+	c.SetMaxOpenConns(1)
+	for _, q := range []string{fmt.Sprintf("PRAGMA page_size = %d", pageSize), "PRAGMA journal_mode = WAL"} {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("storage: create %q: %s: %w", abs, q, err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		return fmt.Errorf("storage: create %q: %w", abs, err)
+	}
+	return nil
 }
 
 type connRole int

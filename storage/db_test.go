@@ -69,3 +69,28 @@ func TestOpenRejectsEmptyPath(t *testing.T) {
 	_, err := Open(context.Background(), "", Options{})
 	require.Error(t, err)
 }
+
+// A new database gets Vigil's page size; one created elsewhere keeps its own and works.
+func TestPageSize(t *testing.T) {
+	ctx := context.Background()
+	pageSizeOf := func(db *DB) int {
+		var n int
+		require.NoError(t, db.Reader().QueryRow(`PRAGMA page_size`).Scan(&n))
+		return n
+	}
+	db := openTest(t)
+	require.Equal(t, pageSize, pageSizeOf(db))
+
+	path := filepath.Join(t.TempDir(), "old.db")
+	raw, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = raw.Exec(`PRAGMA page_size = 4096; CREATE TABLE x (a)`)
+	require.NoError(t, err)
+	require.NoError(t, raw.Close())
+	old, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, old.Close()) }()
+	require.Equal(t, 4096, pageSizeOf(old))
+	save(t, old, step("s", "allow", 0))
+	require.Equal(t, 1, countRows(t, old, "steps"))
+}
