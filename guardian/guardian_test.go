@@ -213,6 +213,9 @@ func TestJSONRPCEdgeCases(t *testing.T) {
 		message string // substring of the error message
 	}{
 		{name: "parse error", body: `{"jsonrpc":"2.0",`, status: 200, code: aos.CodeParseError, id: "null"},
+		// Broken JSON is answered even without an id, and an id in it is not trusted.
+		{name: "parse error after the fields", body: `{"jsonrpc":"2.0","method":"ping","params":{}} x`, status: 200, code: aos.CodeParseError, id: "null"},
+		{name: "parse error with an id", body: `{"jsonrpc":"2.0","id":5,"method":"ping",}`, status: 200, code: aos.CodeParseError, id: "null"},
 		{name: "not an object", body: `42`, status: 200, code: aos.CodeInvalidRequest, id: "null"},
 		{name: "empty batch", body: `[]`, status: 200, code: aos.CodeInvalidRequest, id: "null"},
 		{name: "wrong version", body: `{"jsonrpc":"1.0","id":7,"method":"ping"}`, status: 200, code: aos.CodeInvalidRequest, id: "7"},

@@ -101,6 +101,10 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 	}()
 	step, perr := aos.ParseStep(msg)
 	if perr != nil {
+		if perr.Code == aos.CodeParseError {
+			// Not JSON: no id can be trusted, and even a notification gets the answer.
+			return errorResponse(nil, perr)
+		}
 		id := aos.IDOf(msg)
 		if aos.IsNotification(msg) && perr.Code != aos.CodeInvalidRequest {
 			// JSON-RPC: no response to a notification, even an invalid one.

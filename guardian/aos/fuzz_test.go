@@ -7,16 +7,27 @@ import (
 )
 
 // FuzzParseStep feeds arbitrary bodies through the endpoint's decoding path. It must never
-// panic, must agree with encoding/json on what is valid JSON, and every step it accepts must
+// panic, must agree with encoding/json on what is valid JSON (SplitBody for a batch,
+// ParseStep for a single object), and every step it accepts must
 // survive re-encoding (what the guardian accepts, Go code can send back, e.g. modified).
 // Seeds: testdata/fuzz/FuzzParseStep (the examples and edge cases).
 func FuzzParseStep(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		msgs, _, e := SplitBody(body)
+		msgs, batch, e := SplitBody(body)
 		valid := json.Valid(body)
 		if e != nil && e.Code == CodeParseError && valid {
 			t.Fatalf("SplitBody: parse error on valid JSON: %v", e.Data)
+		}
+		if e == nil && !batch {
+			// A single object's syntax is ParseStep's to check.
+			_, pe := ParseStep(msgs[0])
+			if parseErr := pe != nil && pe.Code == CodeParseError; parseErr == valid {
+				t.Fatalf("valid JSON %v, but ParseStep's parse error %v", valid, pe)
+			}
+			if !valid {
+				return
+			}
 		}
 		if e == nil && !valid {
 			t.Fatalf("SplitBody accepted invalid JSON")

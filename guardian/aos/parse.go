@@ -11,24 +11,29 @@ import (
 //
 //	msgs, batch, err := aos.SplitBody(body) // -32700, or -32600 for an empty batch
 //	for _, m := range msgs {
-//		step, err := aos.ParseStep(m)       // -32600, -32601 or -32602, path in err.Data
-//		...                                 // on error, answer with aos.IDOf(m)
+//		step, err := aos.ParseStep(m)       // -32700, -32600, -32601 or -32602, path in err.Data
+//		...                                 // on error, answer with aos.IDOf(m), null for -32700
 //	}
 //
 // A Step refers to the bytes it was parsed from (Raw, ID, Params and the raw protocol
 // messages are sub-slices): do not reuse the body buffer while the step is in use.
 
 // SplitBody splits a request body into its requests: one object, or the elements of a
-// batch array. It checks the JSON syntax of the whole body (-32700 "Parse error"); an empty
-// batch, a batch of more than MaxElements requests, or a body that is neither an object
-// nor an array is one -32600 error. Batch elements that are not requests are returned as
-// they are, for ParseStep to answer each.
+// batch array. It checks the JSON syntax of a batch (-32700 "Parse error"); a single object
+// is returned as it is, whitespace and all, since ParseStep checks its syntax anyway, in the
+// same pass that reads it (and reports -32700 with the same offset). An empty batch, a
+// batch of more than MaxElements requests, or a body that is neither an object nor an array
+// is one -32600 error. Batch elements that are not requests are returned as they are, for
+// ParseStep to answer each.
 func SplitBody(body []byte) (msgs []json.RawMessage, batch bool, err *Error) {
 	d := decoder{buf: body, noLimits: true}
 	d.ws()
 	if d.pos == len(body) {
 		d.syntaxErr("empty body")
 		return nil, false, d.err
+	}
+	if body[d.pos] == '{' {
+		return []json.RawMessage{body}, false, nil
 	}
 	if body[d.pos] != '[' {
 		start := d.pos

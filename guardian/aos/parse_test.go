@@ -565,7 +565,7 @@ func TestSplitBody(t *testing.T) {
 		code  int
 	}{
 		{"single", ping, false, []string{ping}, 0},
-		{"single with whitespace", "\n  " + ping + "\r\n", false, []string{ping}, 0},
+		{"single with whitespace", "\n  " + ping + "\r\n", false, []string{"\n  " + ping + "\r\n"}, 0},
 		{"batch", "[" + ping + ", " + ping + "]", true, []string{ping, ping}, 0},
 		{"batch of scalars", `[1, "x", null]`, true, []string{`1`, `"x"`, `null`}, 0},
 		{"batch with a broken element", "[" + ping + `, {"a":]`, true, nil, CodeParseError},
@@ -586,6 +586,13 @@ func TestSplitBody(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			msgs, batch, e := SplitBody([]byte(tc.body))
+			if e == nil && !batch && tc.code == CodeParseError {
+				// A single object's syntax is checked by ParseStep, as the endpoint calls it.
+				require.Equal(t, []json.RawMessage{json.RawMessage(tc.body)}, msgs)
+				_, e = ParseStep(msgs[0])
+				require.NotNil(t, e)
+				msgs = nil
+			}
 			if tc.code != 0 {
 				require.NotNil(t, e)
 				require.Equal(t, tc.code, e.Code, e.Message)
