@@ -41,6 +41,21 @@ type History struct {
 	StepCount int
 	// Steps holds the newest steps, oldest first, at most Config.HistorySize.
 	Steps []rules.HistoryStep
+
+	// from and fromCount say which session cache entry, at which step count, the snapshot
+	// was taken from, for Counts.
+	from      *sessionState
+	fromCount int
+}
+
+// Counts returns the counts of Steps (see rules.Session.WithCounts), kept up to date by the
+// session cache, or nil when they are not at hand (a step of the session was added since the
+// snapshot, or the History was built elsewhere): the rules then count the steps themselves.
+func (h *History) Counts() *rules.SessionCounts {
+	if h == nil || h.from == nil {
+		return nil
+	}
+	return h.from.countsAt(h.fromCount)
 }
 
 // Policy decides steps. The rules engine is one; AllowAll is the fallback.

@@ -26,7 +26,8 @@ func (p *RulesPolicy) Decide(_ context.Context, step *aos.Step, hist *History, n
 		// The default decision; building the Env would be wasted.
 		return FromRulesVerdict(step, prog.Evaluate(&rules.Env{Now: now}), p.Log)
 	}
-	env := ruleenv.BuildFor(prog, step, ruleenv.History{SessionID: hist.SessionID, StepCount: hist.StepCount, Steps: hist.Steps}, now)
+	env := ruleenv.BuildFor(prog, step, ruleenv.History{SessionID: hist.SessionID, StepCount: hist.StepCount,
+		Steps: hist.Steps, Counts: hist.Counts()}, now)
 	return FromRulesVerdict(step, prog.Evaluate(env), p.Log)
 }
 

@@ -27,6 +27,8 @@ type sessionState struct {
 	steps  []rules.HistoryStep
 	max    int
 	loaded bool
+	// counts counts the newest max steps, the ones a snapshot shows.
+	counts *rules.SessionCounts
 }
 
 func newSessionCache(max, hist int, store Store) *sessionCache {
@@ -64,6 +66,7 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 				}
 			}
 		}
+		s.counts = rules.CountSteps(s.window())
 	}
 	return s
 }
@@ -72,17 +75,41 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 func (s *sessionState) snapshot() *History {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	steps := s.steps
-	if len(steps) > s.max {
-		steps = steps[len(steps)-s.max:]
+	steps := s.window()
+	return &History{SessionID: s.id, StepCount: s.count, Steps: steps[:len(steps):len(steps)],
+		from: s, fromCount: s.count}
+}
+
+// window is the newest max steps. s.mu must be held.
+func (s *sessionState) window() []rules.HistoryStep {
+	if len(s.steps) > s.max {
+		return s.steps[len(s.steps)-s.max:]
 	}
-	return &History{SessionID: s.id, StepCount: s.count, Steps: steps[:len(steps):len(steps)]}
+	return s.steps
+}
+
+// countsAt copies the counts if the session still has count steps: then they count exactly
+// the snapshot's steps.
+func (s *sessionState) countsAt(count int) *rules.SessionCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.count != count || s.counts == nil {
+		return nil
+	}
+	return s.counts.Clone()
 }
 
 func (s *sessionState) add(rec storage.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.count++
+	h := HistoryStep(rec)
+	if s.counts != nil && s.max > 0 {
+		if len(s.steps) >= s.max { // the window's oldest step leaves it
+			s.counts.Add(&s.steps[len(s.steps)-s.max], -1)
+		}
+		s.counts.Add(&h, 1)
+	}
 	// The slice holds up to twice the history and is cut back to it only then, so a long
 	// session costs one copy per HistorySize steps rather than one per step. Snapshots see
 	// the newest max steps; a cut makes a new array, so no snapshot is ever changed.
@@ -91,7 +118,7 @@ func (s *sessionState) add(rec storage.StepRecord) {
 		n = append(n, s.steps[len(s.steps)-s.max+1:]...)
 		s.steps = n
 	}
-	s.steps = append(s.steps, HistoryStep(rec))
+	s.steps = append(s.steps, h)
 }
 
 // historyTextLimit bounds the text kept per earlier step, so a session that retrieved large

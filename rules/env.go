@@ -1,6 +1,9 @@
 package rules
 
-import "time"
+import (
+	"maps"
+	"time"
+)
 
 // Env is what a rule condition sees. Its expr names are the lowerCamel `expr` tags; an
 // unknown name or a type mismatch is a compile error.
@@ -65,6 +68,55 @@ type Session struct {
 	ID        string        `expr:"id" json:"id,omitempty"`
 	StepCount int           `expr:"stepCount" json:"stepCount"`
 	Steps     []HistoryStep `expr:"steps" json:"steps,omitempty"`
+	// counts, when set, are Steps counted (see WithCounts).
+	counts *SessionCounts
+}
+
+// WithCounts returns s carrying c, the counts of exactly s.Steps, which the counting
+// helpers then use instead of counting the steps on each evaluation. A caller that keeps a
+// session's history can keep its counts up to date as steps come and go (SessionCounts.Add).
+func (s Session) WithCounts(c *SessionCounts) Session {
+	s.counts = c
+	return s
+}
+
+// SessionCounts counts history steps by tool (tool calls only, as countTool does), method,
+// kind and decision.
+type SessionCounts struct {
+	Tools, Methods, Kinds, Decisions map[string]int
+}
+
+// CountSteps counts steps.
+func CountSteps(steps []HistoryStep) *SessionCounts {
+	c := &SessionCounts{Tools: map[string]int{}, Methods: map[string]int{}, Kinds: map[string]int{},
+		Decisions: map[string]int{}}
+	for i := range steps {
+		c.Add(&steps[i], 1)
+	}
+	return c
+}
+
+// Add counts h (delta 1) or forgets it (delta -1).
+func (c *SessionCounts) Add(h *HistoryStep, delta int) {
+	add := func(m map[string]int, k string) {
+		if n := m[k] + delta; n > 0 {
+			m[k] = n
+		} else {
+			delete(m, k)
+		}
+	}
+	if isToolCall(h) {
+		add(c.Tools, h.Tool)
+	}
+	add(c.Methods, h.Method)
+	add(c.Kinds, h.Kind)
+	add(c.Decisions, h.Decision)
+}
+
+// Clone copies c, for a snapshot that later Adds must not change.
+func (c *SessionCounts) Clone() *SessionCounts {
+	return &SessionCounts{Tools: maps.Clone(c.Tools), Methods: maps.Clone(c.Methods),
+		Kinds: maps.Clone(c.Kinds), Decisions: maps.Clone(c.Decisions)}
 }
 
 // HistoryStep is one earlier step of the session as the rules see it.

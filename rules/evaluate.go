@@ -116,6 +116,7 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 	}
 	if n := len(e.Session.Steps); n > p.opts.MaxHistory {
 		e.Session.Steps = e.Session.Steps[n-p.opts.MaxHistory:]
+		e.Session.counts = nil // they count the steps cut off too
 	}
 
 	var hits []hit

@@ -319,6 +319,9 @@ func sessionOf(e *Env, s Session) *sessionIndex {
 	}
 	if st.sess == nil {
 		st.sess = &sessionIndex{steps: s.Steps}
+		if c := s.counts; c != nil {
+			st.sess.tools, st.sess.methods, st.sess.kinds, st.sess.decisions = c.Tools, c.Methods, c.Kinds, c.Decisions
+		}
 	}
 	return st.sess
 }

@@ -151,3 +151,33 @@ func TestMemoComputesOncePerEvaluation(t *testing.T) {
 	require.Equal(t, 9, memo(e, "g", s, f))
 	require.Equal(t, 3, calls)
 }
+
+// Counts passed with the session are what the counting helpers use, unless the session is
+// cut to MaxHistory, which they would no longer match.
+func TestSessionWithCounts(t *testing.T) {
+	steps := make([]HistoryStep, 5)
+	for i := range steps {
+		steps[i] = HistoryStep{Method: "steps/toolCallRequest", Kind: "toolCall", Tool: "x", Decision: "allow"}
+	}
+	bogus := CountSteps(steps)
+	bogus.Tools["x"] = 99
+	for _, tc := range []struct {
+		name       string
+		maxHistory int
+		counts     *SessionCounts
+		want       Action
+	}{
+		{"counted here", 100, nil, ActionAllow},
+		{"the same counts", 100, CountSteps(steps), ActionAllow},
+		{"given counts are used", 100, bogus, ActionDeny},
+		{"cut history counts again", 3, bogus, ActionAllow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Compile([]Rule{{ID: "r", When: `countTool(session, "x") > 10`, Action: ActionDeny,
+				Enabled: true}}, Options{MaxHistory: tc.maxHistory})
+			require.NoError(t, err)
+			env := &Env{Tool: "x", Session: Session{ID: "s", Steps: steps}.WithCounts(tc.counts)}
+			require.Equal(t, tc.want, p.Evaluate(env).Action)
+		})
+	}
+}

@@ -25,6 +25,8 @@ type History struct {
 	StepCount int
 	// Steps are the earlier steps, oldest first.
 	Steps []rules.HistoryStep
+	// Counts, when not nil, are Steps counted (rules.Session.WithCounts).
+	Counts *rules.SessionCounts
 }
 
 // Build returns the Env for step. now is the evaluation time (zero: the Program's clock).
@@ -78,7 +80,7 @@ func build(step *aos.Step, hist History, now time.Time, params, toolDefs bool) *
 		ID:        firstNonEmpty(hist.SessionID, step.SessionHint()),
 		StepCount: max(hist.StepCount, len(hist.Steps)),
 		Steps:     hist.Steps,
-	}
+	}.WithCounts(hist.Counts)
 	if params && len(step.Params) > 0 {
 		var m map[string]any
 		// ParseStep already validated params as a JSON object; a failure here would be a

@@ -1,0 +1,36 @@
+package guardian
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// The cache keeps the counts of each snapshot's window up to date as steps come and the
+// oldest leave, across the slice's periodic cut; a snapshot overtaken by a new step has none.
+func TestSessionCounts(t *testing.T) {
+	for _, max := range []int{1, 2, 5} {
+		t.Run(fmt.Sprint("history ", max), func(t *testing.T) {
+			s := &sessionState{id: "s", max: max, loaded: true, counts: rules.CountSteps(nil)}
+			for i := range 40 {
+				kind := "toolCall"
+				if i%5 == 0 {
+					kind = "toolResult"
+				}
+				s.add(storage.StepRecord{Seq: int64(i + 1), Method: fmt.Sprint("m", i%2), Kind: kind,
+					Tool: fmt.Sprint("t", i%3), Decision: []string{"allow", "deny", "hold"}[i%3]})
+				h := s.snapshot()
+				require.Len(t, h.Steps, min(i+1, max))
+				require.Equal(t, rules.CountSteps(h.Steps), h.Counts(), "after step %d", i)
+			}
+			h := s.snapshot()
+			s.add(storage.StepRecord{Seq: 99, Method: "m", Decision: "allow"})
+			require.Nil(t, h.Counts(), "a newer step makes the snapshot's counts unknown")
+		})
+	}
+	require.Nil(t, (&History{}).Counts())
+}
