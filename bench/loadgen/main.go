@@ -1,8 +1,9 @@
 // Command loadgen measures the guardian under many concurrent agents against a floor: a
 // no-op JSON-RPC server answering allow without doing anything else. Both run as separate
-// processes on loopback and get the same traffic, so the ratio shows what Vigil costs.
+// processes on loopback and get the same traffic, so the ratio shows what Vigil costs. Each
+// level alternates floor and guardian over several rounds, so a busy machine slows both alike.
 //
-//	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 5s
+//	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 3
 package main
 
 import (
