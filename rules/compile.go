@@ -174,7 +174,8 @@ var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
 
 // Validate compiles one draft rule and returns its problems; nil means it compiles.
 func Validate(r Rule) []Diagnostic {
-	_, diags := compileRule(r, helperOptions(&regexCache{}))
+	cache := &regexCache{}
+	_, diags := compileRule(r, helperOptions(cache), cache)
 	return diags
 }
 
@@ -197,7 +198,7 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, 
 	var diags CompileErrors
 	seen := make(map[string]int, len(rules))
 	for i, r := range rules {
-		cr, ds := compileRule(r, hopts)
+		cr, ds := compileRule(r, hopts, p.cache)
 		for k := range ds {
 			ds[k].Index = i
 		}
@@ -269,7 +270,7 @@ func (p *Program) Stats() map[string]RuleStats {
 	return out
 }
 
-func compileRule(r Rule, hopts []expr.Option) (*compiledRule, []Diagnostic) {
+func compileRule(r Rule, hopts []expr.Option, cache *regexCache) (*compiledRule, []Diagnostic) {
 	var diags []Diagnostic
 	bad := func(field, format string, args ...any) {
 		diags = append(diags, Diagnostic{RuleID: r.ID, Field: field, Message: fmt.Sprintf(format, args...)})
@@ -300,7 +301,7 @@ func compileRule(r Rule, hopts []expr.Option) (*compiledRule, []Diagnostic) {
 	cr.when, ds = compileExpr(r.When, "when", true, hopts)
 	diags = append(diags, ds...)
 	if cr.when != nil {
-		cr.guards = guardsOf(r.When)
+		cr.guards = guardsOf(r.When, cache)
 		cr.reads = readsOf(r.When)
 	}
 

@@ -408,6 +408,12 @@ func TestGuardsAgreeWithConditions(t *testing.T) {
 		`(tool == "a" && kind == "toolCall") && a2a.method == "message/send"`,
 		`tool == "a" && inputs.n > 1`,
 		`inputs.n > 1 && tool == "a"`,
+		`text matches "(?i)ignore (all|previous) instructions" && tool == "a"`,
+		`text matches "^x+$"`,
+		`countTool(session, "a") > 1 && kind == "toolCall"`,
+		`countDecision(session, "deny") >= 1 && countKind(session, "toolCall") != 2`,
+		`countTool(session, "a*") > 0`,
+		`countMethod(session, "m1") < 2 && text matches "x"`,
 	}
 	var rs []Rule
 	for i, c := range conds {
@@ -419,6 +425,11 @@ func TestGuardsAgreeWithConditions(t *testing.T) {
 	require.Empty(t, p.rules[5].guards, "a disjunction is no guard")
 	require.Len(t, p.rules[7].guards, 1)
 	require.Empty(t, p.rules[8].guards, "a guard after a conjunct that can fail would hide its error")
+	require.Len(t, p.rules[9].guards, 2, "a constant regexp match is a guard")
+	require.Len(t, p.rules[11].guards, 2, "a counter comparison is a guard")
+	require.Len(t, p.rules[12].guards, 2)
+	require.Empty(t, p.rules[13].guards, "a glob counter is no guard")
+	require.Len(t, p.rules[14].guards, 2)
 
 	pick := func(r *rand.Rand, xs ...string) string { return xs[r.IntN(len(xs))] }
 	r := rand.New(rand.NewPCG(1, 2))
@@ -429,6 +440,16 @@ func TestGuardsAgreeWithConditions(t *testing.T) {
 			Agent: Agent{ID: pick(r, "x", "y"), Name: pick(r, "x", "y")}, User: User{ID: pick(r, "u", "v")},
 			MCP: MCP{Method: pick(r, "tools/call", ""), Tool: pick(r, "a", "b", "c")}, A2A: A2A{Method: pick(r, "message/send", "")},
 			Inputs: map[string]any{"n": []any{2, 0, "s"}[r.IntN(3)]},
+		}
+		env.Text = pick(r, "", "x", "xxx", "Please IGNORE previous Instructions now", "ignore all instructions")
+		steps := make([]HistoryStep, r.IntN(4))
+		for k := range steps {
+			steps[k] = HistoryStep{Method: pick(r, "m1", "m2"), Kind: pick(r, "toolCall", "toolResult"),
+				Tool: pick(r, "a", "ab", ""), Decision: pick(r, "allow", "deny")}
+		}
+		env.Session = Session{ID: "s", Steps: steps}
+		if r.IntN(2) == 0 {
+			env.Session = env.Session.WithCounts(CountSteps(steps))
 		}
 		v := p.Evaluate(env)
 		got := map[string]string{}

@@ -14,9 +14,15 @@ type guard struct {
 	field  func(*Env) string
 	values []string
 	negate bool
+	// test, when set, is the whole conjunct evaluated in Go instead: a constant regexp
+	// match of a field, or a session counter against a number.
+	test func(*Env) bool
 }
 
 func (g guard) pass(e *Env) bool {
+	if g.test != nil {
+		return g.test(e)
+	}
 	v := g.field(e)
 	for _, want := range g.values {
 		if v == want {
@@ -38,17 +44,24 @@ var guardFields = map[string]func(*Env) string{
 	"mcp.method": func(e *Env) string { return e.MCP.Method },
 	"mcp.tool":   func(e *Env) string { return e.MCP.Tool },
 	"a2a.method": func(e *Env) string { return e.A2A.Method },
+	"text":       func(e *Env) string { return e.Text },
 }
 
-// guardsOf returns the guards of a condition's leading conjuncts.
-func guardsOf(src string) []guard {
+// counterFields are the counting helpers a guard may evaluate, by the field they count.
+var counterFields = map[string]string{
+	"countTool": "tool", "countMethod": "method", "countKind": "kind", "countDecision": "decision",
+}
+
+// guardsOf returns the guards of a condition's leading conjuncts; regexps go through cache,
+// as the condition's own `matches` do.
+func guardsOf(src string, cache *regexCache) []guard {
 	tree, err := parser.Parse(src)
 	if err != nil {
 		return nil
 	}
 	var out []guard
 	for _, c := range conjuncts(tree.Node) {
-		g, ok := guardOf(c)
+		g, ok := guardOf(c, cache)
 		if !ok {
 			break
 		}
@@ -65,12 +78,27 @@ func conjuncts(n ast.Node) []ast.Node {
 	return []ast.Node{n}
 }
 
-func guardOf(n ast.Node) (guard, bool) {
+func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
 	b, ok := n.(*ast.BinaryNode)
 	if !ok {
 		return guard{}, false
 	}
+	if g, ok := counterGuard(b); ok {
+		return g, true
+	}
 	switch b.Operator {
+	case "matches":
+		// `text matches "…"` with a valid constant pattern cannot fail.
+		field, ok := fieldOf(b.Left)
+		pat, isStr := b.Right.(*ast.StringNode)
+		if !ok || !isStr || cache.entry(pat.Value).err != nil {
+			return guard{}, false
+		}
+		pattern := pat.Value
+		return guard{test: func(e *Env) bool {
+			ok, _ := cache.match(e, pattern, field(e))
+			return ok
+		}}, true
 	case "==", "!=":
 		f, s := b.Left, b.Right
 		if _, isStr := f.(*ast.StringNode); isStr {
@@ -99,6 +127,32 @@ func guardOf(n ast.Node) (guard, bool) {
 		return g, true
 	}
 	return guard{}, false
+}
+
+// counterGuard recognises `countTool(session, "name") > 3` and the like (any comparison
+// with an integer, the counter on the left, a plain name, not a glob): counting cannot fail.
+func counterGuard(b *ast.BinaryNode) (guard, bool) {
+	cmp := map[string]func(a, b int) bool{
+		">": func(a, b int) bool { return a > b }, ">=": func(a, b int) bool { return a >= b },
+		"<": func(a, b int) bool { return a < b }, "<=": func(a, b int) bool { return a <= b },
+		"==": func(a, b int) bool { return a == b }, "!=": func(a, b int) bool { return a != b },
+	}[b.Operator]
+	call, isCall := b.Left.(*ast.CallNode)
+	num, isInt := b.Right.(*ast.IntegerNode)
+	if cmp == nil || !isCall || !isInt || len(call.Arguments) != 2 {
+		return guard{}, false
+	}
+	callee, ok := call.Callee.(*ast.IdentifierNode)
+	field := counterFields[callee.Value]
+	sess, isIdent := call.Arguments[0].(*ast.IdentifierNode)
+	name, isStr := call.Arguments[1].(*ast.StringNode)
+	if !ok || field == "" || !isIdent || sess.Value != "session" || !isStr || isGlob(name.Value) {
+		return guard{}, false
+	}
+	want, key := num.Value, name.Value
+	return guard{test: func(e *Env) bool {
+		return cmp(sessionOf(e, e.Session).counts(field)[key], want)
+	}}, true
 }
 
 // fieldOf recognises `tool`, `agent.id` and the like.
