@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -223,8 +224,11 @@ func TestRefusedStepIsSetAside(t *testing.T) {
 	for name, ch := range results {
 		require.NoError(t, <-ch, name)
 	}
-	require.Equal(t, []int64{1, 2, 3}, []int64{good1.Seq, bad.Seq, good2.Seq}, "journaled in arrival order")
-	require.Equal(t, int64(4), execSeq, "the Exec's event follows the journaled steps")
+	// Released together, the steps and the Exec may take their seqs in any order, but each
+	// takes one, and nothing is skipped.
+	all := []int64{good1.Seq, bad.Seq, good2.Seq, execSeq}
+	slices.Sort(all)
+	require.Equal(t, []int64{1, 2, 3, 4}, all)
 
 	events, err := db.EventsAfter(ctx, 0, 100)
 	require.NoError(t, err)
@@ -232,7 +236,8 @@ func TestRefusedStepIsSetAside(t *testing.T) {
 	for _, ev := range events {
 		seqs = append(seqs, ev.Seq)
 	}
-	require.Equal(t, []int64{1, 3, 4}, seqs, "no event left by the refused step")
+	stored := slices.DeleteFunc(slices.Clone(all), func(q int64) bool { return q == bad.Seq })
+	require.Equal(t, stored, seqs, "no event left by the refused step")
 	s, err := db.Session(ctx, "good")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), s.Steps)
