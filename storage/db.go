@@ -34,10 +34,11 @@ type Options struct {
 	Readers int
 	// BusyTimeout bounds how long a connection waits on a lock held by another (default 5s).
 	BusyTimeout time.Duration
-	// MaxBatch caps how many queued writes share one transaction (default 256).
+	// MaxBatch caps how many queued writes (Exec, AppendEvent, Flush) the writer takes
+	// into one transaction (default 256). Steps do not queue; see SaveStep.
 	MaxBatch int
-	// QueueSize is how many writes may wait for the writer before submitters block
-	// (default 1024).
+	// QueueSize is how many of those writes may wait for the writer before submitters
+	// block (default 1024).
 	QueueSize int
 	// Logger receives failures the writer cannot return to a caller (default slog.Default()).
 	Logger *slog.Logger
@@ -68,9 +69,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// DB is the SQLite store. All writes go through one writer goroutine that owns the only
-// write connection and commits whatever is queued as one transaction (group commit);
-// queries use a separate pool of read-only connections, which WAL lets run alongside it.
+// DB is the SQLite store. Steps are journaled by their callers (journalStep) and copied
+// into SQLite by one writer goroutine that owns the only write connection and also runs
+// every other write, whatever is queued as one transaction; queries use a separate pool of
+// read-only connections, which WAL lets run alongside it.
 type DB struct {
 	path string
 	opts Options
@@ -140,9 +142,10 @@ type DB struct {
 
 // WriterStats counts the writer's work since Open.
 type WriterStats struct {
-	// Batches is the number of write transactions committed (or attempted).
+	// Batches is the number of write transactions committed.
 	Batches int64
-	// Ops is the number of writes they carried; Ops/Batches is the group-commit factor.
+	// Ops is the number of steps and other writes they carried; Ops/Batches is how many
+	// share a transaction.
 	Ops int64
 }
 

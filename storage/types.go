@@ -1,8 +1,11 @@
 // Package storage keeps steps, sessions and the event log in SQLite.
 //
-// One writer goroutine owns the write connection and commits queued writes in groups, so a
-// burst of agents shares one commit; readers use a separate pool. Every write gets a seq from
-// one sequence shared by all event types, which is what the live stream resumes from.
+// A step is stored first in an append-only step journal (one write shared by concurrent
+// steps), which makes it durable; one writer goroutine owns the SQLite write connection and
+// copies journaled steps into the tables in large transactions, along with every other
+// write. Readers use a separate pool and wait for the journal when they must. Every write
+// gets a seq from one sequence shared by all event types, which is what the live stream
+// resumes from.
 package storage
 
 import (
