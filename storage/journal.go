@@ -14,10 +14,10 @@ import (
 )
 
 // The step journal is how a step is stored before its answer goes out without waiting for
-// a SQLite commit. The writer appends each group of new steps to it with one write call
-// (in the page cache once write returns, so it survives the process being killed, as a
-// commit to the WAL with synchronous=NORMAL does), releases their callers, and copies them
-// into SQLite later in large transactions, after which the journal is emptied. Open replays
+// a SQLite commit. SaveStep appends concurrent steps to it with one shared write call (in
+// the page cache once write returns, so it survives the process being killed, as a commit
+// to the WAL with synchronous=NORMAL does) and returns; the writer copies them into SQLite
+// later in large transactions, after which their journal file is emptied. Open replays
 // what a crash left in it. Large transactions matter because every step touches a page of
 // the per-session index: committing 500 steps at once writes each such page once, not once
 // per step.
@@ -126,7 +126,7 @@ func journaledSteps(dbPath string) ([]StepRecord, error) {
 	return steps, nil
 }
 
-// appendRecord appends one framed record to b.
+// appendRecordHeader appends the header of a record holding payload to b.
 func appendRecordHeader(b []byte, payload []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(payload, crcTable))

@@ -16,8 +16,7 @@ func (rec *StepRecord) AppendJSON(b []byte) []byte {
 }
 
 // appendStepFields appends rec's JSON without its opening brace and seq: the part the
-// caller can encode before the writer assigns the seq. The writer completes it with
-// appendStepJSON. The output is what encoding/json produces for StepRecord (same fields,
+// caller can encode before the journal assigns the seq; jrec.complete puts the seq in front. The output is what encoding/json produces for StepRecord (same fields,
 // order, omitempty and string escaping); Request and Response are copied as they are, since
 // SaveStep has made sure they are JSON. Encoding by hand matters on the answer path:
 // encoding/json re-scans and compacts both raw messages, which cost more than the rest.
@@ -96,8 +95,8 @@ func appendRaw(b []byte, raw []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString quotes s the way encoding/json does: HTML-safe (<, > and & escaped),
-// U+2028 and U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
+// AppendJSONString appends s quoted the way encoding/json does: HTML-safe (<, > and &
+// escaped), U+2028 and U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
 func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0

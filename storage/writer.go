@@ -394,9 +394,9 @@ func (db *DB) lead(own *jrec) {
 	db.jmu.Unlock()
 }
 
-// holdJournal stops journal writes and waits for the one going on, so that the caller can
-// take the pending steps or run writes that take seqs. jmu must be held; releaseJournal
-// undoes it.
+// holdJournalWrites stops journal writes and waits for the one going on, so that the
+// caller can take the pending steps or run writes that take seqs. jmu must be held;
+// releaseJournalWrites undoes it.
 func (db *DB) holdJournalWrites() {
 	db.holdJournal = true
 	for db.jwriting {
@@ -434,9 +434,6 @@ func (db *DB) runBatch(batch []*op) {
 	} else {
 		err = db.ingest()
 	}
-	if err == nil && db.inflight != nil {
-		err = errors.New("storage: journaled steps not stored yet")
-	}
 	for _, o := range flushes {
 		o.err = err
 		close(o.done)
@@ -461,6 +458,16 @@ func (db *DB) ingest() error {
 		db.releaseJournalWrites()
 		db.jmu.Unlock()
 	}
+	return db.storeInflight()
+}
+
+// storeInflight commits the steps ingest took, then forgets them and empties their journal
+// file. A failure leaves them in flight, to be retried after ingestRetry, and makes steps
+// waiting for room give up.
+func (db *DB) storeInflight() error {
+	if db.inflight == nil {
+		return nil
+	}
 	if err := db.commit(db.inflight, nil); err != nil {
 		db.ingestWait = ingestRetry
 		db.log.Error("storage: journaled steps not stored; will retry",
@@ -482,21 +489,16 @@ func (db *DB) ingest() error {
 // runOthers runs writes that take seqs: with the journal locked, so no step takes a seq
 // meanwhile, it stores every journaled step and then the writes, in one transaction.
 func (db *DB) runOthers(ops []*op) error {
+	if err := db.storeInflight(); err != nil {
+		finish(ops, err)
+		return err
+	}
 	db.jmu.Lock()
 	db.holdJournalWrites()
 	defer func() {
 		db.releaseJournalWrites()
 		db.jmu.Unlock()
 	}()
-	if db.inflight != nil {
-		if err := db.commit(db.inflight, nil); err != nil {
-			finish(ops, err)
-			return err
-		}
-		db.forget(db.inflight)
-		db.resetJournal(db.inflightJournal)
-		db.inflight, db.inflightJournal = nil, nil
-	}
 	steps := db.pending
 	if err := db.commit(steps, ops); err != nil {
 		return err // the steps stay pending; the ops have their errors
