@@ -138,8 +138,8 @@ func storeJournaled(ctx context.Context, path string, steps []StepRecord) (err e
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	var last int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+	last, err := lastSeq(ctx, tx)
+	if err != nil {
 		return err
 	}
 	b := &batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}

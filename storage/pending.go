@@ -80,12 +80,22 @@ func (db *DB) reject(steps []rejectedStep) {
 	}
 }
 
+// lastSeq is the newest seq stored (0 for none): journaled steps with a seq up to it are
+// in the tables already.
+func lastSeq(ctx context.Context, q querier) (int64, error) {
+	var last int64
+	if err := q.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+		return 0, fmt.Errorf("storage: read last seq: %w", err)
+	}
+	return last, nil
+}
+
 // replayJournal runs at Open, before the writer starts: it copies into SQLite the steps a
 // crash left in the journal (those after the newest stored seq) and sets the next seq.
 func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
-	var last int64
-	if err := db.w.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
-		return fmt.Errorf("read last seq: %w", err)
+	last, err := lastSeq(ctx, db.w)
+	if err != nil {
+		return err
 	}
 	db.nextSeq = last + 1
 	var steps []pendingStep

@@ -108,10 +108,10 @@ func TestRuleDeleteKeepsHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, again.Version)
 
-	seqBefore := lastSeq(t, db)
+	seqBefore := newestSeq(t, db)
 	_, _, err = db.DeleteRule(ctx, "missing", "eli", time.Time{})
 	require.ErrorIs(t, err, ErrNotFound)
-	require.Equal(t, seqBefore, lastSeq(t, db), "a failed delete writes no event")
+	require.Equal(t, seqBefore, newestSeq(t, db), "a failed delete writes no event")
 	_, err = db.RuleVersions(ctx, "missing")
 	require.ErrorIs(t, err, ErrNotFound)
 }
@@ -121,7 +121,7 @@ func TestRuleBatchAllOrNothing(t *testing.T) {
 	db := openTest(t)
 	_, _, err := db.SaveRule(ctx, testRule("old", "true"), "dana", RuleOpCreate)
 	require.NoError(t, err)
-	seqBefore := lastSeq(t, db)
+	seqBefore := newestSeq(t, db)
 
 	// The failing delete comes last: the saves before it must be rolled back with it.
 	_, _, err = db.ApplyRules(ctx, RuleBatch{
@@ -133,7 +133,7 @@ func TestRuleBatchAllOrNothing(t *testing.T) {
 		Operator: "file", EventOp: RuleOpReload,
 	})
 	require.ErrorIs(t, err, ErrNotFound)
-	require.Equal(t, seqBefore, lastSeq(t, db))
+	require.Equal(t, seqBefore, newestSeq(t, db))
 	list, err := db.ListRules(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -232,9 +232,9 @@ func TestStepsBefore(t *testing.T) {
 	require.Empty(t, hist)
 }
 
-func lastSeq(t *testing.T, db *DB) int64 {
+func newestSeq(t *testing.T, db *DB) int64 {
 	t.Helper()
-	var seq int64
-	require.NoError(t, db.Reader().QueryRow(`SELECT coalesce(max(seq), 0) FROM events`).Scan(&seq))
+	seq, err := lastSeq(context.Background(), db.Reader())
+	require.NoError(t, err)
 	return seq
 }

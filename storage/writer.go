@@ -650,9 +650,8 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 	var last int64
 	if len(ran) > 0 {
 		// The ops' events took seqs after every journaled step's; steps carry on after them.
-		if err := tx.QueryRow(`SELECT coalesce(max(seq), 0) FROM events`).Scan(&last); err != nil {
+		if last, err = lastSeq(context.Background(), tx); err != nil {
 			_ = tx.Rollback()
-			err = fmt.Errorf("storage: read last seq: %w", err)
 			finish(ran, err)
 			return false, nil, err
 		}
