@@ -176,7 +176,6 @@ func (db *DB) CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]Eve
 	row := *h
 	var events []Event
 	err = db.Exec(ctx, func(tx *sql.Tx) error {
-		events = events[:0]
 		if _, err := tx.Exec(`INSERT INTO holds (`+holdColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			row.ID, row.Seq, row.SessionID, row.AgentID, row.Method, row.Kind, row.Tool,
@@ -185,19 +184,9 @@ func (db *DB) CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]Eve
 			holdNanos(row.DecidedAt), row.Note, holdText(row.Params)); err != nil {
 			return fmt.Errorf("storage: insert hold %s: %w", row.ID, err)
 		}
-		ev, err := db.eventTx(tx, EventHoldCreated, row.SessionID, row.CreatedAt, payload)
-		if err != nil {
-			return err
-		}
-		events = append(events, ev)
-		if auditArgs != nil {
-			ev, err := db.appendAuditTx(tx, auditArgs)
-			if err != nil {
-				return err
-			}
-			events = append(events, ev)
-		}
-		return nil
+		var err error
+		events, err = db.eventAuditTx(tx, EventHoldCreated, row.SessionID, row.CreatedAt, payload, auditArgs)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +274,26 @@ func (db *DB) resolvedEventsTx(tx *sql.Tx, h Hold, a *auditArgs) ([]Event, error
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode hold %s: %w", h.ID, err)
 	}
-	ev, err := db.eventTx(tx, EventHoldResolved, h.SessionID, h.DecidedAt, payload)
+	if a != nil {
+		e := &a.entry
+		fill := func(dst *string, v string) {
+			if *dst == "" {
+				*dst = v
+			}
+		}
+		fill(&e.SessionID, h.SessionID)
+		fill(&e.HoldID, h.ID)
+		fill(&e.RuleID, h.RuleID)
+		fill(&e.Decision, h.Decision)
+		fill(&e.Note, h.Note)
+	}
+	return db.eventAuditTx(tx, EventHoldResolved, h.SessionID, h.DecidedAt, payload, a)
+}
+
+// eventAuditTx appends an event and, when a is not nil, a's audit entry inside tx, and
+// returns both events as published.
+func (db *DB) eventAuditTx(tx *sql.Tx, typ, sessionID string, at time.Time, payload []byte, a *auditArgs) ([]Event, error) {
+	ev, err := db.eventTx(tx, typ, sessionID, at, payload)
 	if err != nil {
 		return nil, err
 	}
@@ -293,22 +301,11 @@ func (db *DB) resolvedEventsTx(tx *sql.Tx, h Hold, a *auditArgs) ([]Event, error
 	if a == nil {
 		return events, nil
 	}
-	e := &a.entry
-	fill := func(dst *string, v string) {
-		if *dst == "" {
-			*dst = v
-		}
-	}
-	fill(&e.SessionID, h.SessionID)
-	fill(&e.HoldID, h.ID)
-	fill(&e.RuleID, h.RuleID)
-	fill(&e.Decision, h.Decision)
-	fill(&e.Note, h.Note)
-	ev, err = db.appendAuditTx(tx, a)
+	aev, err := db.appendAuditTx(tx, a)
 	if err != nil {
 		return nil, err
 	}
-	return append(events, ev), nil
+	return append(events, aev), nil
 }
 
 // RestartNote is the note of holds resolved by ResolvePendingOnStartup.
@@ -509,7 +506,6 @@ func (db *DB) SetSessionControl(ctx context.Context, c SessionControl, audit *Au
 	}
 	var events []Event
 	err = db.Exec(ctx, func(tx *sql.Tx) error {
-		events = events[:0]
 		at := c.At.UnixNano()
 		if _, err := tx.Exec(`INSERT INTO sessions (id, first_seen, last_seen, last_seq, steps,
 			control) VALUES (?, ?, ?, 0, 0, ?)
@@ -517,19 +513,9 @@ func (db *DB) SetSessionControl(ctx context.Context, c SessionControl, audit *Au
 			c.SessionID, at, at, state); err != nil {
 			return fmt.Errorf("storage: set control of session %q: %w", c.SessionID, err)
 		}
-		ev, err := db.eventTx(tx, EventSessionControl, c.SessionID, c.At, payload)
-		if err != nil {
-			return err
-		}
-		events = append(events, ev)
-		if a != nil {
-			ev, err := db.appendAuditTx(tx, a)
-			if err != nil {
-				return err
-			}
-			events = append(events, ev)
-		}
-		return nil
+		var err error
+		events, err = db.eventAuditTx(tx, EventSessionControl, c.SessionID, c.At, payload, a)
+		return err
 	})
 	if err != nil {
 		return nil, err
