@@ -583,16 +583,21 @@ func (d *decoder) wrongType(want string) {
 	d.invalid("must be " + want + ", not " + kindName(d.cur()))
 }
 
-func (d *decoder) enterObject() bool {
+func (d *decoder) enterObject() bool { return d.enter('{', "an object") }
+
+func (d *decoder) enterArray() bool { return d.enter('[', "an array") }
+
+// enter opens the object or array ('{' or '[') that must come next.
+func (d *decoder) enter(open byte, want string) bool {
 	if d.err != nil {
 		return false
 	}
-	if d.cur() != '{' {
-		d.wrongType("an object")
+	if d.cur() != open {
+		d.wrongType(want)
 		return false
 	}
 	d.pos++
-	d.push(false)
+	d.push(open == '[')
 	if d.limit != nil {
 		d.err = d.limit
 		return false
@@ -623,23 +628,6 @@ func (d *decoder) nextKey() ([]byte, bool) {
 		d.err = d.limit
 	}
 	return key, d.err == nil
-}
-
-func (d *decoder) enterArray() bool {
-	if d.err != nil {
-		return false
-	}
-	if d.cur() != '[' {
-		d.wrongType("an array")
-		return false
-	}
-	d.pos++
-	d.push(true)
-	if d.limit != nil {
-		d.err = d.limit
-		return false
-	}
-	return true
 }
 
 // nextElem moves to the next element of the array entered last; false after its end.
