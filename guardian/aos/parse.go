@@ -308,6 +308,8 @@ func ParseStep(msg json.RawMessage) (*Step, *Error) {
 	if d.err != nil {
 		return nil, d.err
 	}
+	// The rules, the history and the stored row all read the text; join it once.
+	s.text, s.hasText = s.joinText(), true
 	return s, nil
 }
 

@@ -25,6 +25,11 @@ type Step struct {
 	MCP        *MCPParams
 	A2A        *A2AParams
 	Ping       *PingParams
+
+	// text is Text() as ParseStep joined it (hasText); nothing changes a parsed step's
+	// params afterwards. A Step built by hand joins its text on each call.
+	text    string
+	hasText bool
 }
 
 // IsNotification reports whether the request carried no id: it is processed and stored but

@@ -13,6 +13,13 @@ import (
 // memory items, tool inputs as name=value, tool result outputs, MCP tool name, arguments
 // and text content, and A2A text and data parts. Reasoning is not included (see Reasoning).
 func (s *Step) Text() string {
+	if s.hasText {
+		return s.text
+	}
+	return s.joinText()
+}
+
+func (s *Step) joinText() string {
 	var b strings.Builder
 	add := func(t string) {
 		if t == "" {
