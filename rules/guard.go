@@ -1,6 +1,9 @@
 package rules
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/parser"
 )
@@ -79,6 +82,9 @@ func conjuncts(n ast.Node) []ast.Node {
 }
 
 func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
+	if g, ok := urlGuard(n); ok {
+		return g, true
+	}
 	b, ok := n.(*ast.BinaryNode)
 	if !ok {
 		return guard{}, false
@@ -153,6 +159,66 @@ func counterGuard(b *ast.BinaryNode) (guard, bool) {
 	return guard{test: func(e *Env) bool {
 		return cmp(sessionOf(e, e.Session).counts(field)[key], want)
 	}}, true
+}
+
+// urlGuard recognises `any(urls(text), {domain(#) == "evil.example"})`, the usual
+// exfiltration test, with ==, !=, in [strings], startsWith, endsWith or contains against
+// constants. Finding URLs and their domains cannot fail, and the domains are found once
+// per evaluation for all such rules instead of once per rule in the VM.
+func urlGuard(n ast.Node) (guard, bool) {
+	call, ok := n.(*ast.BuiltinNode)
+	if !ok || call.Name != "any" || len(call.Arguments) != 2 || call.Map != nil || call.Threshold != nil {
+		return guard{}, false
+	}
+	list, isCall := call.Arguments[0].(*ast.CallNode)
+	pred, isPred := call.Arguments[1].(*ast.PredicateNode)
+	if !isCall || !isPred || !isIdent(list.Callee, "urls") || len(list.Arguments) != 1 {
+		return guard{}, false
+	}
+	field, ok := fieldOf(list.Arguments[0])
+	b, isBin := pred.Node.(*ast.BinaryNode)
+	if !ok || !isBin {
+		return guard{}, false
+	}
+	dom, isCall := b.Left.(*ast.CallNode)
+	if !isCall || !isIdent(dom.Callee, "domain") || len(dom.Arguments) != 1 {
+		return guard{}, false
+	}
+	if p, isPtr := dom.Arguments[0].(*ast.PointerNode); !isPtr || p.Name != "" {
+		return guard{}, false
+	}
+	var test func(string) bool
+	if str, isStr := b.Right.(*ast.StringNode); isStr {
+		want := str.Value
+		test = map[string]func(string) bool{
+			"==":         func(d string) bool { return d == want },
+			"!=":         func(d string) bool { return d != want },
+			"startsWith": func(d string) bool { return strings.HasPrefix(d, want) },
+			"endsWith":   func(d string) bool { return strings.HasSuffix(d, want) },
+			"contains":   func(d string) bool { return strings.Contains(d, want) },
+		}[b.Operator]
+	} else if arr, isArr := b.Right.(*ast.ArrayNode); isArr && b.Operator == "in" {
+		var set []string
+		for _, e := range arr.Nodes {
+			s, ok := e.(*ast.StringNode)
+			if !ok {
+				return guard{}, false
+			}
+			set = append(set, s.Value)
+		}
+		test = func(d string) bool { return slices.Contains(set, d) }
+	}
+	if test == nil {
+		return guard{}, false
+	}
+	return guard{test: func(e *Env) bool {
+		return slices.ContainsFunc(urlDomains(e, field(e)), test)
+	}}, true
+}
+
+func isIdent(n ast.Node, name string) bool {
+	id, ok := n.(*ast.IdentifierNode)
+	return ok && id.Value == name
 }
 
 // fieldOf recognises `tool`, `agent.id` and the like.

@@ -257,6 +257,18 @@ func piiSpans(e *Env, s string) []span    { return memo(e, "piiSpans", s, findPI
 func secretSpans(e *Env, s string) []span { return memo(e, "secretSpans", s, findSecrets) }
 func urlSpans(e *Env, s string) []span    { return memo(e, "urlSpans", s, findURLs) }
 
+// urlDomains is domain() of each of urls(s), for guards.
+func urlDomains(e *Env, s string) []string { return memo(e, "urlDomains", s, domainsOfURLs) }
+
+func domainsOfURLs(s string) []string {
+	spans := findURLs(s)
+	out := make([]string, len(spans))
+	for i, sp := range spans {
+		out[i] = domainOf(s[sp.start:sp.end])
+	}
+	return out
+}
+
 // sessionIndex aggregates the history once per evaluation for the counting helpers; each
 // map is built on first use.
 type sessionIndex struct {
