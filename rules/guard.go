@@ -97,14 +97,14 @@ func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
 		// `text matches "…"` with a valid constant pattern cannot fail.
 		field, ok := fieldOf(b.Left)
 		pat, isStr := b.Right.(*ast.StringNode)
-		if !ok || !isStr || cache.entry(pat.Value).err != nil {
+		if !ok || !isStr {
 			return guard{}, false
 		}
-		pattern := pat.Value
-		return guard{test: func(e *Env) bool {
-			ok, _ := cache.match(e, pattern, field(e))
-			return ok
-		}}, true
+		en := cache.entry(pat.Value)
+		if en.err != nil {
+			return guard{}, false
+		}
+		return guard{test: func(e *Env) bool { return en.match(e, field(e)) }}, true
 	case "==", "!=":
 		f, s := b.Left, b.Right
 		if _, isStr := f.(*ast.StringNode); isStr {

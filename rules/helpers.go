@@ -155,10 +155,15 @@ func (c *regexCache) match(e *Env, pattern, s string) (bool, error) {
 	if en.err != nil {
 		return false, en.err
 	}
+	return en.match(e, s), nil
+}
+
+// match runs a valid entry's regexp on s, skipping it when s lacks all required literals.
+func (en regexEntry) match(e *Env, s string) bool {
 	if en.pre != nil && !anyLiteralIn(e, en.pre, s) {
-		return false, nil
+		return false
 	}
-	return en.re.MatchString(s), nil
+	return en.re.MatchString(s)
 }
 
 func (c *regexCache) glob(pattern, s string) (bool, error) {
