@@ -227,9 +227,10 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	return db, nil
 }
 
-// pageSize is the page size of databases Vigil creates: 8 KiB pages halve the WAL frames
-// (two system calls each) that the appended steps take, against 4 KiB.
-const pageSize = 8192
+// pageSize is the page size of databases Vigil creates: a WAL frame costs two system
+// calls, and 16 KiB pages take a quarter of the frames 4 KiB pages do for the appended
+// steps (storing a 1.5 KB step: 39 µs of CPU against 44 µs with 8 KiB pages).
+const pageSize = 16384
 
 // createFile creates the database file with Vigil's page size when it does not exist yet.
 // The page size is fixed when the first page is written, and cannot change once the file
