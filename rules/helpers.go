@@ -205,6 +205,8 @@ type evalState struct {
 	sess *sessionIndex
 	// has caches sessionHas answers by selector and text.
 	has []hasEntry
+	// folded is the text the regexp prefilters last lower-cased.
+	folded folded
 }
 
 type hasEntry struct {
@@ -232,6 +234,7 @@ func (st *evalState) reset() {
 	clear(st.memo)
 	st.sess = nil
 	st.has = st.has[:0]
+	st.folded = folded{}
 }
 
 // envOf returns the evaluation's Env passed as a helper's hidden first argument.

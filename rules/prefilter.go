@@ -90,7 +90,7 @@ func minLen(lits []literal) int {
 // searched in s lower-cased once per evaluation. Only K (Kelvin sign) and ſ (long s) fold
 // onto ASCII letters from outside ASCII, so their presence turns the prefilter off.
 func anyLiteralIn(e *Env, lits []literal, s string) bool {
-	var lower string
+	var f *folded
 	for _, l := range lits {
 		if !l.fold {
 			if strings.Contains(s, l.s) {
@@ -98,15 +98,39 @@ func anyLiteralIn(e *Env, lits []literal, s string) bool {
 			}
 			continue
 		}
-		if lower == "" {
-			if strings.ContainsRune(s, '\u212a') || strings.ContainsRune(s, '\u017f') {
+		if f == nil {
+			f = foldedOf(e, s)
+			if f.special {
 				return true
 			}
-			lower = memo(e, "asciiLower", s, asciiLower)
 		}
-		if strings.Contains(lower, l.s) {
+		if strings.Contains(f.lower, l.s) {
 			return true
 		}
 	}
 	return false
+}
+
+// folded is a string ASCII-lower-cased for the prefilters, and whether it has a rune that
+// folds onto an ASCII letter.
+type folded struct {
+	src, lower string
+	special    bool
+}
+
+// foldedOf folds s, once per evaluation for the string last asked for: every regexp
+// prefilter of a step asks about the same text, one after the other.
+func foldedOf(e *Env, s string) *folded {
+	var f *folded
+	if st := e.state; st != nil {
+		f = &st.folded
+		if f.lower != "" && f.src == s {
+			return f
+		}
+	} else {
+		f = new(folded)
+	}
+	*f = folded{src: s, lower: asciiLower(s),
+		special: strings.ContainsRune(s, '\u212a') || strings.ContainsRune(s, '\u017f')}
+	return f
 }

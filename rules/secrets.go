@@ -62,13 +62,17 @@ func isWordChar(c byte) bool { return isAlnum(c) || c == '_' }
 func asciiLower(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if b[j] >= 'A' && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
+			var b strings.Builder
+			b.Grow(len(s))
+			b.WriteString(s[:i])
+			for j := i; j < len(s); j++ {
+				c := s[j]
+				if c >= 'A' && c <= 'Z' {
+					c += 'a' - 'A'
 				}
+				b.WriteByte(c)
 			}
-			return string(b)
+			return b.String()
 		}
 	}
 	return s
