@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -285,4 +286,24 @@ func TestDetectorsStayLinear(t *testing.T) {
 	}
 	require.Len(t, findPII(inputs["card grid"]), 10000)
 	require.Len(t, findSecrets(inputs["many hits"]), 10000)
+}
+
+// The literal prefilter never decides otherwise than the regexp it guards, including for
+// runes outside ASCII that fold onto ASCII letters, and when one evaluation state sees
+// one text after another (its lower-cased copy must follow).
+func TestPrefilterAgreesWithRegexp(t *testing.T) {
+	patterns := []string{`(?i)jailbreak|dan mode`, `(?i)ignore (all )?previous instructions`,
+		`(?i)kill switch`, `secret-[0-9]+`}
+	texts := []string{"", "DAN Mode on", "please Ignore previous INSTRUCTIONS", "ignore previous instructionſ",
+		"\u212aill switch", "kill", "SECRET-12", "secret-12", "jailbreaK", "nothing here"}
+	c := &regexCache{}
+	st := &evalState{memo: map[memoKey]memoEntry{}}
+	e := &Env{state: st}
+	for _, s := range texts {
+		for _, p := range patterns {
+			got, err := c.match(e, p, s)
+			require.NoError(t, err)
+			require.Equal(t, regexp.MustCompile(p).MatchString(s), got, "%q on %q", p, s)
+		}
+	}
 }
