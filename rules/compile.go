@@ -146,8 +146,8 @@ type Program struct {
 	opts   Options
 	cache  *regexCache
 	pool   sync.Pool // *evalState
-	// evaluations counts Evaluate calls, to pick the timed ones.
-	evaluations atomic.Int64
+	// states counts the evaluation states made, to spread them over the stat shards.
+	states atomic.Uint32
 }
 
 type compiledRule struct {
@@ -224,7 +224,9 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, 
 	if len(diags) > 0 {
 		return nil, diags
 	}
-	p.pool.New = func() any { return &evalState{memo: make(map[memoKey]memoEntry, 8)} }
+	p.pool.New = func() any {
+		return &evalState{memo: make(map[memoKey]memoEntry, 8), shard: int(p.states.Add(1) % statShards)}
+	}
 	return p, nil
 }
 

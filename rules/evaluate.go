@@ -57,15 +57,32 @@ type RuleStats struct {
 // a hundred rules costs more than some rules do; a sample gives the same average.
 const timingSample = 16
 
+// statShards is how many counters share a rule's evaluation count. Every step evaluates
+// every rule, so one counter per rule would be written by all cores for every step and its
+// cache line would bounce between them; each evaluation state counts in its own shard.
+const statShards = 8
+
 type ruleStats struct {
-	evaluations, matches, errors atomic.Int64
+	evaluations [statShards]paddedCounter
+	// matches and errors are rarer: one counter each.
+	matches, errors atomic.Int64
 	// timed evaluations and the nanoseconds they took.
 	timed, nanos atomic.Int64
 }
 
+// paddedCounter fills a cache line, so neighbouring shards do not share one.
+type paddedCounter struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
 func (s *ruleStats) snapshot() RuleStats {
+	var evals int64
+	for i := range s.evaluations {
+		evals += s.evaluations[i].n.Load()
+	}
 	out := RuleStats{
-		Evaluations: s.evaluations.Load(),
+		Evaluations: evals,
 		Matches:     s.matches.Load(),
 		Errors:      s.errors.Load(),
 	}
@@ -121,7 +138,8 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 
 	var hits []hit
 	m := &st.vm
-	timed := p.evaluations.Add(1)%timingSample == 1
+	st.evaluations++
+	timed := st.evaluations%timingSample == 1
 	var t time.Time
 	if timed {
 		t = time.Now()
@@ -157,7 +175,7 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 		if err == nil && matched && r.mode == ModeEnforce && len(r.set) > 0 {
 			set, err = r.evalSet(m, e)
 		}
-		r.stats.evaluations.Add(1)
+		r.stats.evaluations[st.shard].n.Add(1)
 		if timed {
 			now := time.Now()
 			r.stats.timed.Add(1)

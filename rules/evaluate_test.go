@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -394,6 +395,26 @@ func TestStats(t *testing.T) {
 	require.Zero(t, s["off"].Evaluations)
 	require.Positive(t, s["err"].AvgMicros)
 	require.GreaterOrEqual(t, s["err"].TotalMicros, int64(0))
+}
+
+// Concurrent evaluations count in different shards; the stats add them all up.
+func TestStatsConcurrent(t *testing.T) {
+	p := mustCompile(t, Options{}, rule("hit", `tool == "x"`, ActionDeny), rule("miss", `tool == "y"`, ActionDeny))
+	const workers, each = 8, 500
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				p.Evaluate(&Env{Tool: "x"})
+			}
+		})
+	}
+	wg.Wait()
+	s := p.Stats()
+	require.Equal(t, int64(workers*each), s["hit"].Evaluations)
+	require.Equal(t, int64(workers*each), s["hit"].Matches)
+	require.Equal(t, int64(workers*each), s["miss"].Evaluations)
+	require.Zero(t, s["miss"].Matches)
 }
 
 // The guard fast path must agree with the VM on every env.

@@ -207,6 +207,10 @@ type evalState struct {
 	has []hasEntry
 	// folded is the text the regexp prefilters last lower-cased.
 	folded folded
+	// shard is the rule stats shard this state counts in; evaluations counts its own
+	// evaluations, to pick the timed ones. Both outlive reset.
+	shard       int
+	evaluations uint64
 }
 
 type hasEntry struct {
