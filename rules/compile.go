@@ -146,8 +146,12 @@ type Program struct {
 	opts   Options
 	cache  *regexCache
 	pool   sync.Pool // *evalState
-	// states counts the evaluation states made, to spread them over the stat shards.
+	// states counts the evaluation states made, to spread them over the counter shards.
 	states atomic.Uint32
+	// counter counts evaluations, shared with the programs that replace this one in an
+	// Engine; index narrows each step's rules.
+	counter *evalCounter
+	index   *ruleIndex
 }
 
 type compiledRule struct {
@@ -189,11 +193,18 @@ func ValidateExpr(when string) []Diagnostic {
 // backtests. Every rule is checked, including disabled ones; any problem fails the whole
 // set with CompileErrors.
 func Compile(rules []Rule, opts Options) (*Program, error) {
-	return compile(rules, opts, nil)
+	p, err := compile(rules, opts, nil, &evalCounter{})
+	if err != nil {
+		return nil, err
+	}
+	p.activate(nil)
+	return p, nil
 }
 
-func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, error) {
-	p := &Program{opts: opts.withDefaults(), cache: &regexCache{}}
+// compile builds a program whose rules keep their stats from prev, by id, and count
+// evaluations with counter. The caller then activates it.
+func compile(rules []Rule, opts Options, prev map[string]*ruleStats, counter *evalCounter) (*Program, error) {
+	p := &Program{opts: opts.withDefaults(), cache: &regexCache{}, counter: counter}
 	hopts := helperOptions(p.cache)
 	var diags CompileErrors
 	seen := make(map[string]int, len(rules))
@@ -214,7 +225,7 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, 
 		if s := prev[r.ID]; s != nil {
 			cr.stats = s
 		} else {
-			cr.stats = &ruleStats{}
+			cr.stats = &ruleStats{counter: counter}
 		}
 		p.rules = append(p.rules, cr)
 		if cr.Enabled && cr.mode != ModeOff {
@@ -224,10 +235,35 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats) (*Program, 
 	if len(diags) > 0 {
 		return nil, diags
 	}
+	p.index = newRuleIndex(p.active)
 	p.pool.New = func() any {
 		return &evalState{memo: make(map[memoKey]memoEntry, 8), shard: int(p.states.Add(1) % statShards)}
 	}
 	return p, nil
+}
+
+// activate starts the active periods of p's active rules and ends those of its other
+// rules and of the rules of old (the program p replaces) that p drops.
+func (p *Program) activate(old *Program) {
+	now := p.counter.sum()
+	kept := make(map[*ruleStats]bool, len(p.rules))
+	for _, r := range p.rules {
+		kept[r.stats] = true
+	}
+	if old != nil {
+		for _, r := range old.rules {
+			if !kept[r.stats] {
+				r.stats.setActive(false, now)
+			}
+		}
+	}
+	active := make(map[*compiledRule]bool, len(p.active))
+	for _, r := range p.active {
+		active[r] = true
+	}
+	for _, r := range p.rules {
+		r.stats.setActive(active[r], now)
+	}
 }
 
 // Rules returns copies of the program's rules in their original order.

@@ -11,17 +11,20 @@ import (
 type Engine struct {
 	opts Options
 	prog atomic.Pointer[Program]
+	// counter counts the evaluations of all the engine's programs, for the rule stats.
+	counter *evalCounter
 	// mu serialises Load so stats carry over from the program being replaced.
 	mu sync.Mutex
 }
 
 // NewEngine returns an engine with no rules: every step gets the default decision.
 func NewEngine(opts Options) *Engine {
-	e := &Engine{opts: opts.withDefaults()}
-	p, err := compile(nil, e.opts, nil)
+	e := &Engine{opts: opts.withDefaults(), counter: &evalCounter{}}
+	p, err := compile(nil, e.opts, nil, e.counter)
 	if err != nil {
 		panic(fmt.Sprintf("rules: empty program does not compile: %v", err))
 	}
+	p.activate(nil)
 	e.prog.Store(p)
 	return e
 }
@@ -32,14 +35,16 @@ func NewEngine(opts Options) *Engine {
 func (e *Engine) Load(rules []Rule) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	old := e.prog.Load()
 	prev := map[string]*ruleStats{}
-	for _, r := range e.prog.Load().rules {
+	for _, r := range old.rules {
 		prev[r.ID] = r.stats
 	}
-	p, err := compile(rules, e.opts, prev)
+	p, err := compile(rules, e.opts, prev, e.counter)
 	if err != nil {
 		return fmt.Errorf("rules: load: %w", err)
 	}
+	p.activate(old)
 	e.prog.Store(p)
 	return nil
 }

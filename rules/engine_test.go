@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -103,4 +104,33 @@ func TestEngineStatsSurviveReload(t *testing.T) {
 	_, ok := s["drop"]
 	require.False(t, ok)
 	require.Equal(t, []string{"keep", "new"}, []string{e.Rules()[0].ID, e.Rules()[1].ID})
+}
+
+// A rule's evaluations are the steps evaluated while it was active and unexpired, whether
+// the rule index visited it or not, across reloads that disable and enable it again.
+func TestEngineStatsActivePeriods(t *testing.T) {
+	e := NewEngine(Options{})
+	expired := t0.Add(-time.Hour)
+	off := func(r *Rule) { r.Enabled = false }
+	gone := func(r *Rule) { r.ExpiresAt = &expired }
+	eval := func(n int, tool string) {
+		for range n {
+			e.Evaluate(&Env{Tool: tool, Now: t0})
+		}
+	}
+	require.NoError(t, e.Load([]Rule{rule("t", `tool == "x"`, ActionDeny), rule("u", `true`, ActionAllow),
+		rule("old", `true`, ActionDeny, gone)}))
+	eval(3, "y") // "t" is filed under tool x and not visited for y: still evaluated
+	eval(2, "x")
+	require.NoError(t, e.Load([]Rule{rule("t", `tool == "x"`, ActionDeny, off), rule("u", `true`, ActionAllow),
+		rule("old", `true`, ActionDeny, gone)}))
+	eval(4, "x")
+	require.Zero(t, e.Stats()["old"].Evaluations, "an expired rule is skipped")
+	require.NoError(t, e.Load([]Rule{rule("t", `tool == "x"`, ActionDeny), rule("u", `true`, ActionAllow)}))
+	eval(1, "x")
+	s := e.Stats()
+	require.Equal(t, int64(6), s["t"].Evaluations, "5 before it was disabled, 1 after")
+	require.Equal(t, int64(3), s["t"].Matches)
+	require.Equal(t, int64(10), s["u"].Evaluations)
+	require.Equal(t, int64(10), s["u"].Matches)
 }

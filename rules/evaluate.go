@@ -3,8 +3,10 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,32 +59,53 @@ type RuleStats struct {
 // a hundred rules costs more than some rules do; a sample gives the same average.
 const timingSample = 16
 
-// statShards is how many counters share a rule's evaluation count. Every step evaluates
-// every rule, so one counter per rule would be written by all cores for every step and its
-// cache line would bounce between them; each evaluation state counts in its own shard.
-const statShards = 8
-
+// ruleStats are a rule's counters. Its evaluations are not counted one by one: every
+// active rule is evaluated on every step (or skipped by its guards, which counts as
+// evaluated and not matched), so they are the steps its rule set counted while the rule
+// was active, minus the ones on which it had expired. A reload that enables or disables
+// the rule can misattribute the few evaluations running at that instant.
 type ruleStats struct {
-	evaluations [statShards]paddedCounter
-	// matches and errors are rarer: one counter each.
+	// mu guards the active periods, which only Engine.Load and snapshots touch.
+	mu      sync.Mutex
+	counter *evalCounter
+	active  bool
+	// since is counter.sum() when the rule last became active; base sums the earlier
+	// active periods.
+	since, base int64
+	// skipped counts evaluations that passed over the rule because it had expired.
+	skipped         atomic.Int64
 	matches, errors atomic.Int64
 	// timed evaluations and the nanoseconds they took.
 	timed, nanos atomic.Int64
 }
 
-// paddedCounter fills a cache line, so neighbouring shards do not share one.
-type paddedCounter struct {
-	n atomic.Int64
-	_ [56]byte
+// setActive records that the rule is (or is no longer) active from the moment now, a
+// reading of its counter.
+func (s *ruleStats) setActive(active bool, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case active && !s.active:
+		s.since = now
+	case !active && s.active:
+		s.base += now - s.since
+	}
+	s.active = active
+}
+
+func (s *ruleStats) evaluations() int64 {
+	s.mu.Lock()
+	n := s.base
+	if s.active {
+		n += s.counter.sum() - s.since
+	}
+	s.mu.Unlock()
+	return max(0, n-s.skipped.Load())
 }
 
 func (s *ruleStats) snapshot() RuleStats {
-	var evals int64
-	for i := range s.evaluations {
-		evals += s.evaluations[i].n.Load()
-	}
 	out := RuleStats{
-		Evaluations: evals,
+		Evaluations: s.evaluations(),
 		Matches:     s.matches.Load(),
 		Errors:      s.errors.Load(),
 	}
@@ -144,65 +167,66 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 	if timed {
 		t = time.Now()
 	}
-	for _, r := range p.active {
-		if r.ExpiresAt != nil && !e.Now.Before(*r.ExpiresAt) {
-			continue
-		}
-		matched := true
-		for _, g := range r.guards {
-			if !g.pass(e) {
-				matched = false
-				break
+	p.counter.add(st.shard)
+	st.mask = p.index.candidates(st.mask, e, p.active, timed)
+	for w, word := range st.mask {
+		for ; word != 0; word &= word - 1 {
+			r := p.active[w*64+bits.TrailingZeros64(word)]
+			matched, set, err := r.evaluate(e, m)
+			if timed {
+				now := time.Now()
+				r.stats.timed.Add(1)
+				r.stats.nanos.Add(int64(now.Sub(t)))
+				t = now
 			}
-		}
-		var out any
-		var err error
-		if matched {
-			matched = false
-			out, err = m.Run(r.when, e)
-		}
-		if err == nil {
-			switch v := out.(type) {
-			case bool:
-				matched = v
-			case nil:
-				// A condition over a missing input (inputs.flag) is false, not an error.
-			default:
-				err = fmt.Errorf("condition returned %T, not bool", out)
+			switch {
+			case err != nil:
+				n := r.stats.errors.Add(1)
+				h := hit{r: r, err: err, action: p.opts.OnErrorEnforce}
+				if r.mode == ModeMonitor {
+					h.action = p.opts.OnErrorMonitor
+				}
+				// Fail open means "as if the rule did not match": an allow from an error must
+				// not override a default deny.
+				h.decides = h.action != ActionAllow
+				hits = append(hits, h)
+				if p.opts.Logger != nil && (n == 1 || n%1000 == 0) {
+					p.opts.Logger.Warn("rule evaluation failed", "rule", r.ID, "mode", r.mode,
+						"policy", h.action, "errors", n, "error", err)
+				}
+			case matched:
+				r.stats.matches.Add(1)
+				hits = append(hits, hit{r: r, action: r.Action, set: set, decides: r.mode == ModeEnforce})
 			}
-		}
-		var set map[string]any
-		if err == nil && matched && r.mode == ModeEnforce && len(r.set) > 0 {
-			set, err = r.evalSet(m, e)
-		}
-		r.stats.evaluations[st.shard].n.Add(1)
-		if timed {
-			now := time.Now()
-			r.stats.timed.Add(1)
-			r.stats.nanos.Add(int64(now.Sub(t)))
-			t = now
-		}
-		switch {
-		case err != nil:
-			n := r.stats.errors.Add(1)
-			h := hit{r: r, err: err, action: p.opts.OnErrorEnforce}
-			if r.mode == ModeMonitor {
-				h.action = p.opts.OnErrorMonitor
-			}
-			// Fail open means "as if the rule did not match": an allow from an error must not
-			// override a default deny.
-			h.decides = h.action != ActionAllow
-			hits = append(hits, h)
-			if p.opts.Logger != nil && (n == 1 || n%1000 == 0) {
-				p.opts.Logger.Warn("rule evaluation failed", "rule", r.ID, "mode", r.mode,
-					"policy", h.action, "errors", n, "error", err)
-			}
-		case matched:
-			r.stats.matches.Add(1)
-			hits = append(hits, hit{r: r, action: r.Action, set: set, decides: r.mode == ModeEnforce})
 		}
 	}
 	return p.combine(e, m, hits)
+}
+
+// evaluate runs the rule's guards, then its condition and, for an enforced match, its
+// modify.set expressions.
+func (r *compiledRule) evaluate(e *Env, m *vm.VM) (matched bool, set map[string]any, err error) {
+	for _, g := range r.guards {
+		if !g.pass(e) {
+			return false, nil, nil
+		}
+	}
+	out, err := m.Run(r.when, e)
+	if err != nil {
+		return false, nil, err
+	}
+	switch v := out.(type) {
+	case bool:
+		matched = v
+	case nil:
+		// A condition over a missing input (inputs.flag) is false, not an error.
+	default:
+		return false, nil, fmt.Errorf("condition returned %T, not bool", out)
+	}
+	if matched && r.mode == ModeEnforce && len(r.set) > 0 {
+		set, err = r.evalSet(m, e)
+	}
+	return matched, set, err
 }
 
 func (r *compiledRule) evalSet(m *vm.VM, e *Env) (map[string]any, error) {

@@ -14,6 +14,8 @@ import (
 // Only leading conjuncts that cannot fail are used, so skipping never hides a run-time
 // error the condition would have raised (&& evaluates left to right and stops at false).
 type guard struct {
+	// name is the field's expr name (tool, agent.id), for the rule index.
+	name   string
 	field  func(*Env) string
 	values []string
 	negate bool
@@ -95,7 +97,7 @@ func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
 	switch b.Operator {
 	case "matches":
 		// `text matches "…"` with a valid constant pattern cannot fail.
-		field, ok := fieldOf(b.Left)
+		_, field, ok := fieldOf(b.Left)
 		pat, isStr := b.Right.(*ast.StringNode)
 		if !ok || !isStr {
 			return guard{}, false
@@ -110,19 +112,19 @@ func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
 		if _, isStr := f.(*ast.StringNode); isStr {
 			f, s = s, f
 		}
-		field, ok := fieldOf(f)
+		name, field, ok := fieldOf(f)
 		str, isStr := s.(*ast.StringNode)
 		if !ok || !isStr {
 			return guard{}, false
 		}
-		return guard{field: field, values: []string{str.Value}, negate: b.Operator == "!="}, true
+		return guard{name: name, field: field, values: []string{str.Value}, negate: b.Operator == "!="}, true
 	case "in":
-		field, ok := fieldOf(b.Left)
+		name, field, ok := fieldOf(b.Left)
 		arr, isArr := b.Right.(*ast.ArrayNode)
 		if !ok || !isArr {
 			return guard{}, false
 		}
-		g := guard{field: field}
+		g := guard{name: name, field: field}
 		for _, e := range arr.Nodes {
 			s, ok := e.(*ast.StringNode)
 			if !ok {
@@ -175,7 +177,7 @@ func urlGuard(n ast.Node) (guard, bool) {
 	if !isCall || !isPred || !isIdent(list.Callee, "urls") || len(list.Arguments) != 1 {
 		return guard{}, false
 	}
-	field, ok := fieldOf(list.Arguments[0])
+	_, field, ok := fieldOf(list.Arguments[0])
 	b, isBin := pred.Node.(*ast.BinaryNode)
 	if !ok || !isBin {
 		return guard{}, false
@@ -222,7 +224,7 @@ func isIdent(n ast.Node, name string) bool {
 }
 
 // fieldOf recognises `tool`, `agent.id` and the like.
-func fieldOf(n ast.Node) (func(*Env) string, bool) {
+func fieldOf(n ast.Node) (string, func(*Env) string, bool) {
 	var name string
 	switch x := n.(type) {
 	case *ast.IdentifierNode:
@@ -231,14 +233,14 @@ func fieldOf(n ast.Node) (func(*Env) string, bool) {
 		id, ok := x.Node.(*ast.IdentifierNode)
 		prop, isStr := x.Property.(*ast.StringNode)
 		if !ok || !isStr || x.Method {
-			return nil, false
+			return "", nil, false
 		}
 		name = id.Value + "." + prop.Value
 	default:
-		return nil, false
+		return "", nil, false
 	}
 	f, ok := guardFields[name]
-	return f, ok
+	return name, f, ok
 }
 
 // identFinder records whether any of names is used as an identifier.

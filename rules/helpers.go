@@ -207,10 +207,12 @@ type evalState struct {
 	has []hasEntry
 	// folded is the text the regexp prefilters last lower-cased.
 	folded folded
-	// shard is the rule stats shard this state counts in; evaluations counts its own
-	// evaluations, to pick the timed ones. Both outlive reset.
+	// shard is the counter shard this state counts in; evaluations counts its own
+	// evaluations, to pick the timed ones; mask is the candidate rules' buffer. They
+	// outlive reset.
 	shard       int
 	evaluations uint64
+	mask        []uint64
 }
 
 type hasEntry struct {
