@@ -253,6 +253,8 @@ func TestRequiredLiterals(t *testing.T) {
 		{`a|b`, nil},
 		{`.*`, nil},
 		{`(?i)(x)+yz`, []literal{{"yz", true}}},
+		{`(?i)ignore (all|previous) instructions 7`, []literal{{"instructions 7", true}}},
+		{`a b | c`, nil},  // "c " trims to "c": too short to be worth a search
 		{`(?i)café`, nil}, // non-ASCII folding is left to the regexp
 	}
 	for _, tc := range cases {

@@ -24,6 +24,12 @@ func requiredLiterals(pattern string) []literal {
 		return nil
 	}
 	lits := required(re.Simplify())
+	for i := range lits {
+		// A part of a required literal is required too; leading and trailing spaces only
+		// slow the search down (strings.Index scans for the first byte, and text is full
+		// of spaces).
+		lits[i].s = strings.Trim(lits[i].s, " ")
+	}
 	if len(lits) == 0 || minLen(lits) < 2 {
 		return nil
 	}
