@@ -192,7 +192,9 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 		v = Verdict{Decision: string(aos.Deny), RuleID: "session-blocked", ReasonCodes: []string{"SESSION_BLOCKED"},
 			Message: "This session was blocked by an operator."}
 	} else {
-		v = g.policy.Decide(ctx, step, hist.snapshot(), start)
+		snap := hist.snapshot()
+		v = g.policy.Decide(ctx, step, snap, start)
+		snap.release()
 		// A paused session holds every step for review, except what the rules deny anyway:
 		// approving a paused step must not let through what a deny rule stops.
 		if control == "paused" && v.Decision != string(aos.Deny) {

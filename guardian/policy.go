@@ -43,19 +43,34 @@ type History struct {
 	Steps []rules.HistoryStep
 
 	// from and fromCount say which session cache entry, at which step count, the snapshot
-	// was taken from, for Counts.
+	// was taken from, for Counts; counts are the ones lent by it.
 	from      *sessionState
 	fromCount int
+	counts    *rules.SessionCounts
+	lent      bool
 }
 
 // Counts returns the counts of Steps (see rules.Session.WithCounts), kept up to date by the
 // session cache, or nil when they are not at hand (a step of the session was added since the
 // snapshot, or the History was built elsewhere): the rules then count the steps themselves.
+// They are the cache's own, lent until the policy's Decide returns: read them only until
+// then.
 func (h *History) Counts() *rules.SessionCounts {
 	if h == nil || h.from == nil {
 		return nil
 	}
-	return h.from.countsAt(h.fromCount)
+	if !h.lent {
+		h.counts, h.lent = h.from.lendCounts(h.fromCount), true
+	}
+	return h.counts
+}
+
+// release returns the counts Counts lent.
+func (h *History) release() {
+	if h.counts != nil {
+		h.from.returnCounts(h.counts)
+		h.counts = nil
+	}
 }
 
 // Policy decides steps. The rules engine is one; AllowAll is the fallback.

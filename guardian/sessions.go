@@ -27,8 +27,12 @@ type sessionState struct {
 	steps  []rules.HistoryStep
 	max    int
 	loaded bool
-	// counts counts the newest max steps, the ones a snapshot shows.
+	// counts counts the newest max steps, the ones a snapshot shows. lent is how many
+	// snapshots are reading them: add changes a copy instead while any is (copy on write),
+	// so a step whose rules read the counts costs no copy when its session has no other
+	// step in flight.
 	counts *rules.SessionCounts
+	lent   int
 }
 
 func newSessionCache(max, hist int, store Store) *sessionCache {
@@ -88,15 +92,26 @@ func (s *sessionState) window() []rules.HistoryStep {
 	return s.steps
 }
 
-// countsAt copies the counts if the session still has count steps: then they count exactly
-// the snapshot's steps.
-func (s *sessionState) countsAt(count int) *rules.SessionCounts {
+// lendCounts lends the counts if the session still has count steps (then they count
+// exactly the snapshot's steps); they stay unchanged until returned with returnCounts.
+func (s *sessionState) lendCounts(count int) *rules.SessionCounts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.count != count || s.counts == nil {
 		return nil
 	}
-	return s.counts.Clone()
+	s.lent++
+	return s.counts
+}
+
+// returnCounts ends a loan of lendCounts. Counts replaced by a copy meanwhile are nobody's
+// to change any more: their loans need no bookkeeping.
+func (s *sessionState) returnCounts(c *rules.SessionCounts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c == s.counts {
+		s.lent--
+	}
 }
 
 func (s *sessionState) add(rec storage.StepRecord) {
@@ -105,6 +120,9 @@ func (s *sessionState) add(rec storage.StepRecord) {
 	s.count++
 	h := HistoryStep(rec)
 	if s.counts != nil && s.max > 0 {
+		if s.lent > 0 {
+			s.counts, s.lent = s.counts.Clone(), 0
+		}
 		if len(s.steps) >= s.max { // the window's oldest step leaves it
 			s.counts.Add(&s.steps[len(s.steps)-s.max], -1)
 		}

@@ -34,3 +34,32 @@ func TestSessionCounts(t *testing.T) {
 	}
 	require.Nil(t, (&History{}).Counts())
 }
+
+// Counts lent to a snapshot stay as they were while newer steps of the session arrive;
+// once returned, the cache changes its counts in place again.
+func TestSessionCountsLent(t *testing.T) {
+	s := &sessionState{id: "s", max: 10, loaded: true, counts: rules.CountSteps(nil)}
+	add := func(tool string) {
+		s.add(storage.StepRecord{Method: "m", Kind: "toolCall", Tool: tool, Decision: "allow"})
+	}
+	add("a")
+	h := s.snapshot()
+	c := h.Counts()
+	want := rules.CountSteps(h.Steps)
+	require.Equal(t, want, c)
+	require.Same(t, c, h.Counts(), "one loan per snapshot")
+	add("b") // another step of the session, decided meanwhile
+	require.Equal(t, want, c, "lent counts do not change")
+	h.release()
+
+	h2 := s.snapshot()
+	c2 := h2.Counts()
+	require.NotSame(t, c, c2)
+	require.Equal(t, rules.CountSteps(h2.Steps), c2)
+	h2.release()
+	h.release() // a second release changes nothing
+	add("c")
+	require.Same(t, c2, s.counts, "returned counts are changed in place")
+	require.Equal(t, rules.CountSteps(s.window()), s.counts)
+	require.Zero(t, s.lent)
+}
