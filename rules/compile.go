@@ -284,6 +284,10 @@ func (p *Program) UsesParams() bool { return p.reads()&readsParams != 0 }
 // may likewise leave nil when this is false.
 func (p *Program) UsesToolDef() bool { return p.reads()&readsToolDef != 0 }
 
+// UsesInputs reports whether an evaluated rule reads Env.Inputs, which an Env builder may
+// likewise leave nil when this is false.
+func (p *Program) UsesInputs() bool { return p.reads()&readsInputs != 0 }
+
 // Empty reports whether the program evaluates no rule: every step gets the default
 // decision, whatever its Env.
 func (p *Program) Empty() bool { return len(p.active) == 0 }

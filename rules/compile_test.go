@@ -172,20 +172,23 @@ func TestDuration(t *testing.T) {
 	require.Error(t, d.UnmarshalJSON([]byte(`"soon"`)))
 }
 
-func TestUsesParamsAndToolDef(t *testing.T) {
+func TestUsesParamsToolDefAndInputs(t *testing.T) {
 	cases := []struct {
-		r               Rule
-		params, toolDef bool
+		r                       Rule
+		params, toolDef, inputs bool
 	}{
-		{Rule{ID: "a", When: `tool == "x"`, Action: ActionDeny}, false, false},
-		{Rule{ID: "a", When: `params.x == 1`, Action: ActionDeny}, true, false},
-		{Rule{ID: "a", When: `toolDef.risk == "high"`, Action: ActionDeny}, false, true},
-		{Rule{ID: "a", When: `$env["params"] != nil`, Action: ActionDeny}, true, true},
-		{Rule{ID: "a", When: `any(session.steps, .tool == "params")`, Action: ActionDeny}, false, false},
-		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toJSON(params) }}"}, true, false},
-		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toolDef.name }}"}, false, true},
-		{Rule{ID: "a", When: `true`, Action: ActionModify, Modify: &ModifySpec{Set: map[string]string{"x": "params.y"}}}, true, false},
-		{Rule{ID: "a", When: `params.x == 1 && toolDef != nil`, Action: ActionDeny, Mode: ModeOff}, false, false},
+		{Rule{ID: "a", When: `tool == "x"`, Action: ActionDeny}, false, false, false},
+		{Rule{ID: "a", When: `params.x == 1`, Action: ActionDeny}, true, false, false},
+		{Rule{ID: "a", When: `toolDef.risk == "high"`, Action: ActionDeny}, false, true, false},
+		{Rule{ID: "a", When: `inputs.amount > 100`, Action: ActionDeny}, false, false, true},
+		{Rule{ID: "a", When: `$env["params"] != nil`, Action: ActionDeny}, true, true, true},
+		{Rule{ID: "a", When: `any(session.steps, .tool == "params")`, Action: ActionDeny}, false, false, false},
+		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toJSON(params) }}"}, true, false, false},
+		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "{{ toolDef.name }}"}, false, true, false},
+		{Rule{ID: "a", When: `true`, Action: ActionDeny, Message: "to {{ inputs.to }}"}, false, false, true},
+		{Rule{ID: "a", When: `true`, Action: ActionModify, Modify: &ModifySpec{Set: map[string]string{"x": "params.y"}}}, true, false, false},
+		{Rule{ID: "a", When: `true`, Action: ActionModify, Modify: &ModifySpec{Set: map[string]string{"x": "inputs.y + 1"}}}, false, false, true},
+		{Rule{ID: "a", When: `params.x == 1 && toolDef != nil && inputs.y`, Action: ActionDeny, Mode: ModeOff}, false, false, false},
 	}
 	for _, tc := range cases {
 		tc.r.Enabled = true
@@ -193,6 +196,7 @@ func TestUsesParamsAndToolDef(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tc.params, p.UsesParams(), "%+v", tc.r)
 		require.Equal(t, tc.toolDef, p.UsesToolDef(), "%+v", tc.r)
+		require.Equal(t, tc.inputs, p.UsesInputs(), "%+v", tc.r)
 		require.Equal(t, tc.r.Mode == ModeOff, p.Empty())
 	}
 }

@@ -262,6 +262,7 @@ type reads uint8
 const (
 	readsParams reads = 1 << iota
 	readsToolDef
+	readsInputs
 )
 
 // readsOf reports which costly fields an expression may read: by name, or all of them
@@ -269,10 +270,10 @@ const (
 func readsOf(src string) reads {
 	tree, err := parser.Parse(src)
 	if err != nil {
-		return readsParams | readsToolDef
+		return readsParams | readsToolDef | readsInputs
 	}
 	var r reads
-	for name, bit := range map[string]reads{"params": readsParams, "toolDef": readsToolDef} {
+	for name, bit := range map[string]reads{"params": readsParams, "toolDef": readsToolDef, "inputs": readsInputs} {
 		f := &identFinder{names: map[string]bool{name: true, "$env": true}}
 		ast.Walk(&tree.Node, f)
 		if f.found {

@@ -32,27 +32,29 @@ type History struct {
 // Build returns the Env for step. now is the evaluation time (zero: the Program's clock).
 // Params are decoded into Env.Params; use BuildFor to skip that when no rule reads them.
 func Build(step *aos.Step, hist History, now time.Time) *rules.Env {
-	return build(step, hist, now, true, true)
+	return build(step, hist, now, true, true, true)
 }
 
-// BuildFor is Build for one Program: it leaves Env.Params and Env.ToolDef nil when no rule
-// of prog reads them. Evaluate the result with that same prog (not Engine.Evaluate, which
-// may have swapped in rules that do read them meanwhile).
+// BuildFor is Build for one Program: it leaves Env.Params, Env.ToolDef and Env.Inputs nil
+// when no rule of prog reads them. Evaluate the result with that same prog (not
+// Engine.Evaluate, which may have swapped in rules that do read them meanwhile).
 func BuildFor(prog *rules.Program, step *aos.Step, hist History, now time.Time) *rules.Env {
-	return build(step, hist, now, prog.UsesParams(), prog.UsesToolDef())
+	return build(step, hist, now, prog.UsesParams(), prog.UsesToolDef(), prog.UsesInputs())
 }
 
-func build(step *aos.Step, hist History, now time.Time, params, toolDefs bool) *rules.Env {
+func build(step *aos.Step, hist History, now time.Time, params, toolDefs, inputs bool) *rules.Env {
 	env := &rules.Env{
 		Method:    step.Method,
 		Kind:      string(step.Kind),
 		Role:      step.Role(),
 		Text:      step.Text(),
 		Tool:      step.ToolID(),
-		Inputs:    step.Inputs(),
 		IsError:   step.IsError(),
 		Reasoning: step.Reasoning(),
 		Now:       now,
+	}
+	if inputs {
+		env.Inputs = step.Inputs()
 	}
 	if c := step.Context; c != nil {
 		a := c.Agent

@@ -123,6 +123,22 @@ func TestBuildForSkipsUnusedParams(t *testing.T) {
 	require.Equal(t, rules.ActionDeny, withParams.Evaluate(env).Action)
 }
 
+func TestBuildForSkipsUnusedInputs(t *testing.T) {
+	step := parse(t, aos.MethodToolCallRequest, `{"context": `+context+`,
+	  "toolCallRequest": {"executionId": "e1", "toolId": "send_email", "inputs": [{"name": "to", "value": "a@b.example"}]}}`)
+	plain, err := rules.Compile([]rules.Rule{{ID: "a", When: `tool == "send_email"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
+	require.NoError(t, err)
+	env := BuildFor(plain, step, History{}, time.Time{})
+	require.Nil(t, env.Inputs)
+	require.Equal(t, rules.ActionDeny, plain.Evaluate(env).Action)
+
+	withInputs, err := rules.Compile([]rules.Rule{{ID: "a", When: `inputs.to endsWith "@b.example"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
+	require.NoError(t, err)
+	env = BuildFor(withInputs, step, History{}, time.Time{})
+	require.Equal(t, map[string]any{"to": "a@b.example"}, env.Inputs)
+	require.Equal(t, rules.ActionDeny, withInputs.Evaluate(env).Action)
+}
+
 func TestHistoryStep(t *testing.T) {
 	step := parse(t, aos.MethodToolCallRequest, `{"context": `+context+`,
 	  "toolCallRequest": {"executionId": "e1", "toolId": "send_email", "inputs": [{"name": "to", "value": "a@b.example"}]}}`)
