@@ -23,6 +23,10 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength, g.cfg.MaxBodyBytes)
+	// Closed, the body is not drained again when the response is written (net/http
+	// discards what a handler left unread, with an allocation and a read even when
+	// nothing is left).
+	_ = r.Body.Close()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
