@@ -152,6 +152,8 @@ type Program struct {
 	// Engine; index narrows each step's rules.
 	counter *evalCounter
 	index   *ruleIndex
+	// activeReads is what costly Env fields the active rules may read.
+	activeReads reads
 }
 
 type compiledRule struct {
@@ -236,6 +238,9 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats, counter *ev
 		return nil, diags
 	}
 	p.index = newRuleIndex(p.active)
+	for _, c := range p.active {
+		p.activeReads |= c.reads
+	}
 	p.pool.New = func() any {
 		return &evalState{memo: make(map[memoKey]memoEntry, 8), shard: int(p.states.Add(1) % statShards)}
 	}
@@ -292,13 +297,7 @@ func (p *Program) UsesInputs() bool { return p.reads()&readsInputs != 0 }
 // decision, whatever its Env.
 func (p *Program) Empty() bool { return len(p.active) == 0 }
 
-func (p *Program) reads() reads {
-	var r reads
-	for _, c := range p.active {
-		r |= c.reads
-	}
-	return r
-}
+func (p *Program) reads() reads { return p.activeReads }
 
 // Options returns the options the program evaluates with, defaults filled in.
 func (p *Program) Options() Options { return p.opts }
