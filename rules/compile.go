@@ -154,6 +154,8 @@ type Program struct {
 	index   *ruleIndex
 	// activeReads is what costly Env fields the active rules may read.
 	activeReads reads
+	// noMatch is the reasoning of a step no rule matched.
+	noMatch string
 }
 
 type compiledRule struct {
@@ -238,6 +240,7 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats, counter *ev
 		return nil, diags
 	}
 	p.index = newRuleIndex(p.active)
+	p.noMatch = reasoning(Verdict{Action: p.opts.DefaultDecision}, nil, nil)
 	for _, c := range p.active {
 		p.activeReads |= c.reads
 	}

@@ -242,6 +242,10 @@ func (r *compiledRule) evalSet(m *vm.VM, e *Env) (map[string]any, error) {
 }
 
 func (p *Program) combine(e *Env, m *vm.VM, hits []hit) Verdict {
+	if len(hits) == 0 {
+		// Most steps match nothing: no sorting, and the reasoning is always the same.
+		return Verdict{Action: p.opts.DefaultDecision, Reasoning: p.noMatch}
+	}
 	sort.SliceStable(hits, func(i, j int) bool {
 		a, b := hits[i], hits[j]
 		if a.decides != b.decides {
