@@ -57,7 +57,7 @@ type RuleStats struct {
 
 // timingSample: one evaluation in timingSample is timed. Reading the clock around each of
 // a hundred rules costs more than some rules do; a sample gives the same average.
-const timingSample = 16
+const timingSample = 64
 
 // ruleStats are a rule's counters. Its evaluations are not counted one by one: every
 // active rule is evaluated on every step (or skipped by its guards, which counts as
