@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -308,4 +309,24 @@ func TestPrefilterAgreesWithRegexp(t *testing.T) {
 			require.Equal(t, regexp.MustCompile(p).MatchString(s), got, "%q on %q", p, s)
 		}
 	}
+}
+
+// containsLiteral agrees with strings.Contains, wherever the literal's rarest byte is and
+// however often it occurs.
+func TestContainsLiteral(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	alphabet := "ab7 .Z"
+	gen := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	for range 20000 {
+		s, lit := gen(r.IntN(24)), gen(r.IntN(5))
+		require.Equal(t, strings.Contains(s, lit), containsLiteral(s, lit), "%q in %q", lit, s)
+	}
+	require.True(t, containsLiteral("ignore all instructions 7 now", "instructions 7"))
+	require.False(t, containsLiteral("ignore all instructions 8 now", "instructions 7"))
 }

@@ -99,7 +99,7 @@ func anyLiteralIn(e *Env, lits []literal, s string) bool {
 	var f *folded
 	for _, l := range lits {
 		if !l.fold {
-			if strings.Contains(s, l.s) {
+			if containsLiteral(s, l.s) {
 				return true
 			}
 			continue
@@ -110,12 +110,49 @@ func anyLiteralIn(e *Env, lits []literal, s string) bool {
 				return true
 			}
 		}
-		if strings.Contains(f.lower, l.s) {
+		if containsLiteral(f.lower, l.s) {
 			return true
 		}
 	}
 	return false
 }
+
+// containsLiteral is strings.Contains(s, lit), but scans s for lit's rarest byte rather
+// than its first: "instructions 7" is found by looking for '7', not for every 'i' of an
+// English text.
+func containsLiteral(s, lit string) bool {
+	if len(lit) == 0 || len(lit) > len(s) {
+		return len(lit) == 0
+	}
+	at := 0
+	for i := 1; i < len(lit); i++ {
+		if commonness[lit[i]] < commonness[lit[at]] {
+			at = i
+		}
+	}
+	c := lit[at]
+	for i := at; i < len(s)-(len(lit)-at-1); {
+		j := strings.IndexByte(s[i:], c)
+		if j < 0 {
+			return false
+		}
+		if p := i + j - at; p+len(lit) <= len(s) && s[p:p+len(lit)] == lit {
+			return true
+		}
+		i += j + 1
+	}
+	return false
+}
+
+// commonness ranks bytes by how often they occur in text: space and the frequent letters
+// high, digits, punctuation and capitals (absent from lower-cased text) low.
+var commonness = func() (t [256]uint8) {
+	const byFrequency = " etaoinsrhldcumfpgwybvkxjqz" // most frequent first
+	for i := range len(byFrequency) {
+		t[byFrequency[i]] = uint8(len(byFrequency) - i)
+	}
+	return t
+}()
 
 // folded is a string ASCII-lower-cased for the prefilters, and whether it has a rune that
 // folds onto an ASCII letter.
