@@ -43,6 +43,7 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 	c.mu.Lock()
 	s, ok := c.entries[id]
 	if !ok {
+		id = strings.Clone(id) // it may share the request's memory (aos.ParseStep)
 		s = &sessionState{id: id, max: c.hist}
 		c.entries[id] = s
 		c.order = append(c.order, id)
@@ -149,6 +150,8 @@ func HistoryStep(r storage.StepRecord) rules.HistoryStep {
 	if len(text) > historyTextLimit {
 		text = strings.ToValidUTF8(text[:historyTextLimit], "")
 	}
-	return rules.HistoryStep{Method: r.Method, Kind: r.Kind, Tool: r.Tool, Decision: r.Decision,
+	// The tool name may share the request's memory (aos.ParseStep): a copy keeps the
+	// history from keeping every request alive.
+	return rules.HistoryStep{Method: r.Method, Kind: r.Kind, Tool: strings.Clone(r.Tool), Decision: r.Decision,
 		Text: text, Seq: r.Seq, ReceivedAt: r.ReceivedAt}
 }

@@ -1,8 +1,11 @@
 package guardian
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -62,4 +65,26 @@ func TestSessionCountsLent(t *testing.T) {
 	require.Same(t, c2, s.counts, "returned counts are changed in place")
 	require.Equal(t, rules.CountSteps(s.window()), s.counts)
 	require.Zero(t, s.lent)
+}
+
+// A step's strings may share its request's memory (aos.ParseStep). What the session cache
+// keeps (the session id, a history step's tool) is its own copy: changing the request's
+// bytes afterwards changes nothing there.
+func TestSessionCacheKeepsCopies(t *testing.T) {
+	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	buf := []byte("sess-1 send_email")
+	id, tool := unsafe.String(&buf[0], 6), unsafe.String(&buf[7], 10)
+	c := newSessionCache(10, 5, db)
+	s := c.get(context.Background(), id)
+	h := HistoryStep(storage.StepRecord{Tool: tool, Method: "m", Decision: "allow"})
+	s.add(storage.StepRecord{SessionID: id, Tool: tool, Method: "m", Kind: "toolCall", Decision: "allow"})
+	copy(buf, "XXXXXXXXXXXXXXXXX")
+	require.Equal(t, "sess-1", s.id)
+	require.Same(t, s, c.get(context.Background(), "sess-1"))
+	require.Equal(t, []string{"sess-1"}, c.order)
+	require.Equal(t, "send_email", h.Tool)
+	require.Equal(t, "send_email", s.steps[0].Tool)
+	require.Equal(t, 1, s.counts.Tools["send_email"])
 }

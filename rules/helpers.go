@@ -129,6 +129,8 @@ func (c *regexCache) entry(pattern string) regexEntry {
 	if v, ok := c.m.Load(pattern); ok {
 		return v.(regexEntry)
 	}
+	// A pattern taken from a step may share the request's memory; the cache keeps it.
+	pattern = strings.Clone(pattern)
 	var e regexEntry
 	e.re, e.err = regexp.Compile(pattern)
 	if e.err != nil {

@@ -202,9 +202,14 @@ func kindOf(method string) (Kind, bool) {
 // the JSON path, e.g. params.message.content[0].text).
 //
 // An absent id makes the step a notification (ID nil); "id":null is kept as the raw null.
+//
+// The Step's strings may share msg's memory, so msg must not change afterwards; and what
+// keeps one of them beyond the request (a cache key, a session's history) should clone it,
+// or it keeps all of msg alive.
 func ParseStep(msg json.RawMessage) (*Step, *Error) {
 	var d decoder
 	d.buf = msg
+	d.share = true
 	d.code = CodeInvalidRequest
 	e := d.envelope()
 	if d.err != nil {

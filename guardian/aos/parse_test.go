@@ -803,3 +803,26 @@ func TestNewModifiedRequest(t *testing.T) {
 	_, err = NewModifiedRequest(nil, json.RawMessage(`{}`))
 	require.Error(t, err)
 }
+
+// ParseStep's strings share the request's memory; an Unmarshaler's never do, since
+// encoding/json may reuse the bytes it hands over.
+func TestStringsShareOnlyParseStepInput(t *testing.T) {
+	msg := example(t, "toolCallRequest")
+	step, perr := ParseStep(msg)
+	require.Nil(t, perr)
+	tool := step.ToolID()
+	require.Equal(t, "refund_payment", tool)
+
+	var p ToolCallRequestParams
+	params := append([]byte(nil), step.Params...)
+	require.NoError(t, json.Unmarshal(params, &p))
+	require.Equal(t, "refund_payment", p.ToolCallRequest.ToolID)
+
+	for _, b := range [][]byte{msg, params} {
+		for i := strings.Index(string(b), "refund_payment"); i >= 0; i = strings.Index(string(b), "refund_payment") {
+			copy(b[i:], "XXXXXXXXXXXXXX")
+		}
+	}
+	require.Equal(t, "XXXXXXXXXXXXXX", tool, "ParseStep shares the request's memory")
+	require.Equal(t, "refund_payment", p.ToolCallRequest.ToolID, "an Unmarshaler copies")
+}
