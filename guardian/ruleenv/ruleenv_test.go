@@ -107,36 +107,38 @@ func TestBuildOtherKinds(t *testing.T) {
 	})
 }
 
-func TestBuildForSkipsUnusedParams(t *testing.T) {
-	step := parse(t, aos.MethodMessage, `{"context": `+context+`,
+// BuildFor leaves out what no rule of the program reads, and fills it in when one does.
+func TestBuildForSkipsUnread(t *testing.T) {
+	message := parse(t, aos.MethodMessage, `{"context": `+context+`,
 	  "message": {"id": "m1", "role": "user", "content": [{"kind": "text", "text": "hi"}]}}`)
-	plain, err := rules.Compile([]rules.Rule{{ID: "a", When: `text == "hi"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
-	require.NoError(t, err)
-	env := BuildFor(plain, step, History{}, time.Time{})
-	require.Nil(t, env.Params)
-	require.Equal(t, rules.ActionDeny, plain.Evaluate(env).Action)
-
-	withParams, err := rules.Compile([]rules.Rule{{ID: "a", When: `params.message.id == "m1"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
-	require.NoError(t, err)
-	env = BuildFor(withParams, step, History{}, time.Time{})
-	require.NotNil(t, env.Params)
-	require.Equal(t, rules.ActionDeny, withParams.Evaluate(env).Action)
-}
-
-func TestBuildForSkipsUnusedInputs(t *testing.T) {
-	step := parse(t, aos.MethodToolCallRequest, `{"context": `+context+`,
+	toolCall := parse(t, aos.MethodToolCallRequest, `{"context": `+context+`,
 	  "toolCallRequest": {"executionId": "e1", "toolId": "send_email", "inputs": [{"name": "to", "value": "a@b.example"}]}}`)
-	plain, err := rules.Compile([]rules.Rule{{ID: "a", When: `tool == "send_email"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
-	require.NoError(t, err)
-	env := BuildFor(plain, step, History{}, time.Time{})
-	require.Nil(t, env.Inputs)
-	require.Equal(t, rules.ActionDeny, plain.Evaluate(env).Action)
-
-	withInputs, err := rules.Compile([]rules.Rule{{ID: "a", When: `inputs.to endsWith "@b.example"`, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
-	require.NoError(t, err)
-	env = BuildFor(withInputs, step, History{}, time.Time{})
-	require.Equal(t, map[string]any{"to": "a@b.example"}, env.Inputs)
-	require.Equal(t, rules.ActionDeny, withInputs.Evaluate(env).Action)
+	cases := []struct {
+		name        string
+		step        *aos.Step
+		plain, uses string // a condition that does not read the field, one that does
+		field       func(*rules.Env) any
+	}{
+		{"params", message, `text == "hi"`, `params.message.id == "m1"`,
+			func(e *rules.Env) any { return e.Params }},
+		{"inputs", toolCall, `tool == "send_email"`, `inputs.to endsWith "@b.example"`,
+			func(e *rules.Env) any { return e.Inputs }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, when := range []string{tc.plain, tc.uses} {
+				prog, err := rules.Compile([]rules.Rule{{ID: "a", When: when, Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
+				require.NoError(t, err)
+				env := BuildFor(prog, tc.step, History{}, time.Time{})
+				if when == tc.plain {
+					require.Nil(t, tc.field(env), when)
+				} else {
+					require.NotNil(t, tc.field(env), when)
+				}
+				require.Equal(t, rules.ActionDeny, prog.Evaluate(env).Action, when)
+			}
+		})
+	}
 }
 
 func TestHistoryStep(t *testing.T) {
