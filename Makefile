@@ -91,8 +91,8 @@ smoke: frontend/dist/index.html
 ## bench: the load generator against the no-op floor, with and without 100 rules.
 bench: build
 	$(GO) build -o bin/loadgen ./bench/loadgen
-	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 3
-	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 3s -rounds 3
+	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
+	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 3s -rounds 5
 
 clean:
 	rm -rf bin frontend/node_modules

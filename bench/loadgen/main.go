@@ -3,7 +3,7 @@
 // processes on loopback and get the same traffic, so the ratio shows what Vigil costs. Each
 // level alternates floor and guardian over several rounds, so a busy machine slows both alike.
 //
-//	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 3
+//	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
 package main
 
 import (
