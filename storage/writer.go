@@ -442,22 +442,24 @@ func (db *DB) runBatch(batch []*op) {
 
 // ingest copies the journaled steps into SQLite: it takes them (and switches SaveStep to
 // the other journal file) under the lock, then commits without it, so steps keep being
-// journaled meanwhile. Steps whose commit failed are retried first, alone, next time.
+// journaled meanwhile. Steps whose commit failed are retried first, alone; only then are
+// the newer ones taken, so that a successful ingest leaves nothing journaled behind.
 func (db *DB) ingest() error {
-	if db.inflight == nil {
-		db.jmu.Lock()
-		if len(db.pending) == 0 {
-			db.jmu.Unlock()
-			return nil
-		}
-		db.holdJournalWrites()
-		db.inflight, db.pending = db.pending, nil
-		db.inflightJournal = db.journals[db.active]
-		db.active ^= 1 // empty: its steps were stored before these were taken
-		db.pendingBytes = 0
-		db.releaseJournalWrites()
-		db.jmu.Unlock()
+	if err := db.storeInflight(); err != nil {
+		return err
 	}
+	db.jmu.Lock()
+	if len(db.pending) == 0 {
+		db.jmu.Unlock()
+		return nil
+	}
+	db.holdJournalWrites()
+	db.inflight, db.pending = db.pending, nil
+	db.inflightJournal = db.journals[db.active]
+	db.active ^= 1 // empty: its steps were stored before these were taken
+	db.pendingBytes = 0
+	db.releaseJournalWrites()
+	db.jmu.Unlock()
 	return db.storeInflight()
 }
 
@@ -534,12 +536,9 @@ func (db *DB) resetJournal(j *journal) {
 // finalIngest stores what is journaled when the writer stops; what cannot be stored stays
 // in the journal for the next Open.
 func (db *DB) finalIngest() {
-	for range 2 { // the steps of a failed attempt, then the rest
-		if err := db.ingest(); err != nil {
-			db.log.Error("storage: journaled steps stay in the journal for the next start",
-				"steps", db.pendingN.Load(), "err", err)
-			return
-		}
+	if err := db.ingest(); err != nil {
+		db.log.Error("storage: journaled steps stay in the journal for the next start",
+			"steps", db.pendingN.Load(), "err", err)
 	}
 }
 

@@ -332,3 +332,31 @@ func TestContextCancellation(t *testing.T) {
 	require.NoError(t, db.Exec(context.Background(), func(*sql.Tx) error { return nil }))
 	require.False(t, ran, "the cancelled Exec never ran")
 }
+
+// After a failed ingestion, a Flush stores both the steps of the failed attempt and the
+// steps journaled since: a read that follows sees every answered step.
+func TestFlushAfterFailedIngestStoresEverything(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	// json('x') fails with a plain error, not a constraint: the whole ingestion fails.
+	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TRIGGER fail_boom BEFORE INSERT ON steps
+			WHEN NEW.session_id = 'boom' BEGIN SELECT json('x'); END`)
+		return err
+	}))
+	save(t, db, step("boom", "allow", 0))
+	require.Error(t, db.Flush(ctx))
+	save(t, db, step("later", "allow", 1))
+
+	other, err := sql.Open("sqlite", dsn(path, 5*time.Second, roleWriter))
+	require.NoError(t, err)
+	_, err = other.Exec(`DROP TRIGGER fail_boom`)
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+
+	require.NoError(t, db.Flush(ctx))
+	require.Equal(t, 2, rawCount(t, db, "steps"), "the failed attempt's step and the later one")
+}
