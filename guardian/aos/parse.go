@@ -36,17 +36,14 @@ func SplitBody(body []byte) (msgs []json.RawMessage, batch bool, err *Error) {
 		return []json.RawMessage{body}, false, nil
 	}
 	if body[d.pos] != '[' {
+		// A scalar: a syntax error comes first, then the -32600.
 		start := d.pos
 		d.skip()
-		end := d.pos
 		d.end()
 		if d.err != nil {
 			return nil, false, d.err
 		}
-		if body[start] != '{' {
-			return nil, false, fieldError(CodeInvalidRequest, "", "a request must be a JSON object, not "+kindName(body[start]))
-		}
-		return []json.RawMessage{body[start:end]}, false, nil
+		return nil, false, fieldError(CodeInvalidRequest, "", "a request must be a JSON object, not "+kindName(body[start]))
 	}
 	d.pos++
 	d.push(true)
