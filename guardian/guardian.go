@@ -58,9 +58,9 @@ func (c *Config) withDefaults() {
 	}
 }
 
-// Publisher receives every stored event for the live stream. It must not block.
+// Publisher receives the guardian's stored steps for the live stream (other events reach
+// it from their own services). It must not block.
 type Publisher interface {
-	Publish(ev storage.Event)
 	// PublishStep publishes a stored step's "step" event (its payload the record).
 	PublishStep(rec *storage.StepRecord)
 }
