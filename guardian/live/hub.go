@@ -238,10 +238,8 @@ func NewHub(opts Options) *Hub {
 // valid JSON (it is sent as is). Events with seq 0 (stats) are live only and may be lost
 // under overload.
 func (h *Hub) Publish(ev storage.Event) {
-	select {
-	case <-h.stopping:
+	if h.isStopping() {
 		return
-	default:
 	}
 	// Encoding here spreads the work over the publishers instead of the hub goroutine,
 	// and copies the payload so the caller may reuse it.
@@ -252,12 +250,20 @@ func (h *Hub) Publish(ev storage.Event) {
 // encoded only if a client is there to receive it, so rec must not change after the call.
 // Like Publish, it never blocks.
 func (h *Hub) PublishStep(rec *storage.StepRecord) {
-	select {
-	case <-h.stopping:
+	if h.isStopping() {
 		return
-	default:
 	}
 	h.send(frame{seq: rec.Seq, session: rec.SessionID, rec: rec})
+}
+
+// isStopping reports whether the hub is shutting down and takes no more events.
+func (h *Hub) isStopping() bool {
+	select {
+	case <-h.stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 func (h *Hub) send(f frame) {
