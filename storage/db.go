@@ -133,7 +133,6 @@ type DB struct {
 	// journal file holding them.
 	inflight        []pendingStep
 	inflightJournal *journal
-	ingestWait      time.Duration
 	sinceCheckpoint int
 
 	// Writer counters, for WriterStats.
@@ -178,7 +177,6 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		ckptKick:   make(chan struct{}, 1),
 		ckptDone:   make(chan struct{}),
 
-		ingestWait:   opts.IngestDelay,
 		pendSessions: make(map[string]int),
 		kick:         make(chan struct{}, 1),
 		ingestKick:   make(chan struct{}, 1),

@@ -227,7 +227,11 @@ func (db *DB) writer() {
 	armed := false
 	arm := func() {
 		if !armed && (db.inflight != nil || db.pendingN.Load() > 0) {
-			timer.Reset(db.ingestWait)
+			wait := db.opts.IngestDelay
+			if db.failing.Load() {
+				wait = ingestRetry // the last ingestion failed
+			}
+			timer.Reset(wait)
 			armed = true
 		}
 	}
@@ -471,7 +475,6 @@ func (db *DB) storeInflight() error {
 		return nil
 	}
 	if err := db.commit(db.inflight, nil); err != nil {
-		db.ingestWait = ingestRetry
 		db.log.Error("storage: journaled steps not stored; will retry",
 			"steps", len(db.inflight), "err", err)
 		db.jmu.Lock()
@@ -521,7 +524,6 @@ func (db *DB) forget(steps []pendingStep) {
 		}
 	}
 	db.pendingN.Add(-int64(len(steps)))
-	db.ingestWait = db.opts.IngestDelay
 	db.failing.Store(false)
 	db.room.Broadcast()
 }
