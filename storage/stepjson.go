@@ -12,12 +12,13 @@ import (
 // encoding/json's when Request and Response are compact and hold no <, > or &; otherwise
 // the same JSON value with their whitespace and escapes as they are.
 func (rec *StepRecord) AppendJSON(b []byte) []byte {
-	return appendStepFields(appendStepJSON(b, rec.Seq, nil), rec)
+	return appendStepFields(appendStepPrefix(b, rec.Seq), rec)
 }
 
 // appendStepFields appends rec's JSON without its opening brace and seq: the part the
-// caller can encode before the journal assigns the seq; jrec.complete puts the seq in front. The output is what encoding/json produces for StepRecord (same fields,
-// order, omitempty and string escaping); Request and Response are copied as they are, since
+// caller can encode before the journal assigns the seq; jrec.complete puts appendStepPrefix
+// in front. The output is what encoding/json produces for StepRecord (same fields, order,
+// omitempty and string escaping); Request and Response are copied as they are, since
 // SaveStep has made sure they are JSON. Encoding by hand matters on the answer path:
 // encoding/json re-scans and compacts both raw messages, which cost more than the rest.
 func appendStepFields(b []byte, rec *StepRecord) []byte {
@@ -71,11 +72,11 @@ func appendStepFields(b []byte, rec *StepRecord) []byte {
 	return append(b, '}')
 }
 
-// appendStepJSON appends the whole record: seq, then the fields appendStepFields encoded.
-func appendStepJSON(b []byte, seq int64, fields []byte) []byte {
+// appendStepPrefix appends the start of a record, its opening brace and seq, which
+// appendStepFields continues.
+func appendStepPrefix(b []byte, seq int64) []byte {
 	b = append(b, `{"seq":`...)
-	b = strconv.AppendInt(b, seq, 10)
-	return append(b, fields...)
+	return strconv.AppendInt(b, seq, 10)
 }
 
 func appendOptString(b []byte, key, s string) []byte {

@@ -325,7 +325,7 @@ type jrec struct {
 // complete puts the seq in front of the fields and the header in front of that.
 func (r *jrec) complete() {
 	var prefix [stepHeadroom]byte
-	p := appendStepJSON(prefix[:0], r.seq, nil)
+	p := appendStepPrefix(prefix[:0], r.seq)
 	start := stepHeadroom - len(p)
 	copy(r.buf[start:], p)
 	r.payload = r.buf[start:]
