@@ -142,7 +142,7 @@ func storeJournaled(ctx context.Context, path string, steps []StepRecord) (err e
 	if err != nil {
 		return err
 	}
-	b := &batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}
+	var add []pendingStep
 	for i := range steps {
 		if steps[i].Seq <= last {
 			continue
@@ -151,9 +151,11 @@ func storeJournaled(ctx context.Context, path string, steps []StepRecord) (err e
 		if err != nil {
 			return err
 		}
-		if err := a.insert(b, steps[i].Seq); err != nil {
-			return err
-		}
+		add = append(add, pendingStep{seq: steps[i].Seq, args: a})
+	}
+	// As the writer stores them: rows, then one summary update per session and decision.
+	if err := ingestTx(&batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}, add); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

@@ -613,7 +613,7 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
 
 	if len(steps) > 0 {
-		if err := db.ingestTx(b, steps); err != nil {
+		if err := ingestTx(b, steps); err != nil {
 			_ = tx.Rollback()
 			// A step SQLite refuses must not hold back the others: sort them out one by one.
 			if serr := db.salvage(steps); serr != nil {
@@ -676,7 +676,7 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 }
 
 // ingestTx copies steps into the transaction, then updates each session's summary once.
-func (db *DB) ingestTx(b *batchTx, steps []pendingStep) error {
+func ingestTx(b *batchTx, steps []pendingStep) error {
 	deltas := make(map[string]*sessionDelta)
 	var order []*sessionDelta
 	for i := range steps {
