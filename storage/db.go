@@ -238,11 +238,7 @@ func createFile(ctx context.Context, abs string) error {
 	if st, err := os.Stat(abs); err == nil && st.Size() > 0 {
 		return nil
 	}
-	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}
-	if !strings.HasPrefix(u.Path, "/") {
-		u.Path = "/" + u.Path
-	}
-	c, err := sql.Open("sqlite", u.String())
+	c, err := sql.Open("sqlite", fileURI(abs, nil))
 	if err != nil {
 		return fmt.Errorf("storage: create %q: %w", abs, err)
 	}
@@ -287,10 +283,6 @@ func openPool(ctx context.Context, abs string, role connRole, size int, busy tim
 // pragmas each kind of connection needs. synchronous=NORMAL in WAL mode means a commit
 // survives a process crash; only an OS crash or power loss can take the newest commits.
 func dsn(abs string, busy time.Duration, role connRole) string {
-	p := filepath.ToSlash(abs)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p // Windows drive paths: file:///C:/…
-	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -307,6 +299,15 @@ func dsn(abs string, busy time.Duration, role connRole) string {
 		q.Add("_pragma", "wal_autocheckpoint(0)")
 		// Once a checkpoint lets the WAL restart, shrink a file a burst made large.
 		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
+	}
+	return fileURI(abs, q)
+}
+
+// fileURI is the file: URI of the absolute path abs with the query q (nil for none).
+func fileURI(abs string, q url.Values) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // Windows drive paths: file:///C:/…
 	}
 	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
 	return u.String()

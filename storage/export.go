@@ -111,18 +111,13 @@ func checkFile(abs string) error {
 // asked, and without the journal_mode pragma the guardian's connections set: a database
 // that is not in WAL mode (a backup copy) is read as it is, not converted.
 func readOnlyDSN(abs string, busy time.Duration, queryOnly bool) string {
-	p := filepath.ToSlash(abs)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
 	q := url.Values{}
 	q.Set("mode", "rw")
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	if queryOnly {
 		q.Add("_pragma", "query_only(1)")
 	}
-	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
-	return u.String()
+	return fileURI(abs, q)
 }
 
 func (ro *ReadOnly) checkSchema(ctx context.Context) error {
