@@ -8,7 +8,6 @@ import "sync/atomic"
 // the rules that have no such guard. Policies are mostly rules of this shape about other
 // tools and kinds; with 100 rules most are never visited for a given step.
 type ruleIndex struct {
-	words int
 	// always has a bit for each active rule without an indexable first guard.
 	always []uint64
 	fields []fieldIndex
@@ -24,8 +23,8 @@ type fieldIndex struct {
 }
 
 func newRuleIndex(active []*compiledRule) *ruleIndex {
-	x := &ruleIndex{words: (len(active) + 63) / 64}
-	x.always = make([]uint64, x.words)
+	words := (len(active) + 63) / 64
+	x := &ruleIndex{always: make([]uint64, words)}
 	for i, r := range active {
 		if r.ExpiresAt != nil {
 			x.expiring = append(x.expiring, i)
@@ -39,7 +38,7 @@ func newRuleIndex(active []*compiledRule) *ruleIndex {
 		for _, v := range g.values {
 			b := f.buckets[v]
 			if b == nil {
-				b = make([]uint64, x.words)
+				b = make([]uint64, words)
 				f.buckets[v] = b
 			}
 			b[i/64] |= 1 << (i % 64)
