@@ -20,7 +20,8 @@ type guard struct {
 	values []string
 	negate bool
 	// test, when set, is the whole conjunct evaluated in Go instead: a constant regexp
-	// match of a field, or a session counter against a number.
+	// match of a field, a session counter against a number, or a test of the domains of
+	// the field's URLs.
 	test func(*Env) bool
 }
 
@@ -243,15 +244,16 @@ func fieldOf(n ast.Node) (string, func(*Env) string, bool) {
 	return name, f, ok
 }
 
-// identFinder records whether any of names is used as an identifier.
-type identFinder struct {
-	names map[string]bool
-	found bool
-}
+// identReads collects the costly Env fields that identifiers name.
+type identReads struct{ r reads }
 
-func (f *identFinder) Visit(n *ast.Node) {
-	if id, ok := (*n).(*ast.IdentifierNode); ok && f.names[id.Value] {
-		f.found = true
+// readsByName are the costly fields by expr name; $env reaches all of them.
+var readsByName = map[string]reads{"params": readsParams, "toolDef": readsToolDef,
+	"inputs": readsInputs, "$env": readsParams | readsToolDef | readsInputs}
+
+func (f *identReads) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok {
+		f.r |= readsByName[id.Value]
 	}
 }
 
@@ -272,13 +274,7 @@ func readsOf(src string) reads {
 	if err != nil {
 		return readsParams | readsToolDef | readsInputs
 	}
-	var r reads
-	for name, bit := range map[string]reads{"params": readsParams, "toolDef": readsToolDef, "inputs": readsInputs} {
-		f := &identFinder{names: map[string]bool{name: true, "$env": true}}
-		ast.Walk(&tree.Node, f)
-		if f.found {
-			r |= bit
-		}
-	}
-	return r
+	var f identReads
+	ast.Walk(&tree.Node, &f)
+	return f.r
 }
