@@ -137,6 +137,14 @@ type DB struct {
 
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
+
+	// fileInfo is the database file as opened; watchFile compares the path with it and
+	// sets fileLost when the file was deleted or replaced. stopWatch ends watchFile.
+	fileInfo  os.FileInfo
+	fileLost  atomic.Bool
+	fileLogAt atomic.Int64 // unix nanoseconds of the last log of a lost file
+	stopWatch chan struct{}
+	watchDone chan struct{}
 }
 
 // WriterStats counts the writer's work since Open.
@@ -189,8 +197,17 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 			db.closeConns()
 		}
 	}()
+	if err := checkMissing(abs); err != nil {
+		return nil, err
+	}
 	if err := createFile(ctx, abs); err != nil {
 		return nil, err
+	}
+	if err := tightenModes(abs); err != nil {
+		return nil, err
+	}
+	if db.fileInfo, err = os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	// The writer pool is exactly one connection that never expires: the writer goroutine
 	// is its only user, and statements prepared on it stay valid for the life of the DB.
@@ -220,6 +237,11 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	if err := db.seedMinutes(ctx, time.Now()); err != nil {
 		return nil, fmt.Errorf("storage: %s: read recent counts: %w", abs, err)
 	}
+	db.stopWatch, db.watchDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(db.watchDone)
+		db.watchFile(db.stopWatch, watchInterval)
+	}()
 	go db.writer()
 	go db.checkpointer()
 	return db, nil
@@ -237,6 +259,15 @@ const pageSize = 16384
 func createFile(ctx context.Context, abs string) error {
 	if st, err := os.Stat(abs); err == nil && st.Size() > 0 {
 		return nil
+	}
+	// Created first with its mode: SQLite would create it 0644, and its -wal and -shm
+	// take the main file's mode.
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, dbFileMode)
+	if err != nil {
+		return fmt.Errorf("storage: create %q: %w", abs, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("storage: create %q: %w", abs, err)
 	}
 	c, err := sql.Open("sqlite", fileURI(abs, nil))
 	if err != nil {
@@ -358,8 +389,13 @@ func (db *DB) Close() error {
 		<-db.writerDone
 		close(db.ckptKick)
 		<-db.ckptDone
+		close(db.stopWatch)
+		<-db.watchDone
 
 		var errs []error
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+		db.rescue(rctx)
+		rcancel()
 		// Readers first: an open read snapshot would keep the checkpoint from truncating.
 		if err := db.r.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("storage: close readers: %w", err))
