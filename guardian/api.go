@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -95,6 +96,13 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 	limit, ok := intParam(w, q.Get("limit"), "limit", 50, 1, 500)
 	if !ok {
 		return
+	}
+	for _, name := range []string{"q", "before"} {
+		if len(q.Get(name)) > holds.MaxFilterBytes {
+			apijson.Error(w, http.StatusBadRequest, "invalid_argument",
+				name+": at most "+strconv.Itoa(holds.MaxFilterBytes)+" bytes")
+			return
+		}
 	}
 	page, err := g.store.Sessions(r.Context(), storage.SessionQuery{Before: q.Get("before"), Limit: limit, Search: q.Get("q")})
 	if err != nil {

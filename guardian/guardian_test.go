@@ -177,6 +177,11 @@ func TestSessionRoundTrip(t *testing.T) {
 	require.Contains(t, apiErr.Error.Message, "limit")
 	require.Equal(t, http.StatusBadRequest, e.get("/api/sessions?before=garbage!", &apiErr))
 	require.Contains(t, apiErr.Error.Message, "before")
+	// A search longer than SQLite's LIKE pattern limit was a 500; any over 1 KiB is refused.
+	require.Equal(t, http.StatusBadRequest, e.get("/api/sessions?q="+strings.Repeat("x", 100_000), &apiErr))
+	require.Equal(t, "invalid_argument", apiErr.Error.Code)
+	require.Contains(t, apiErr.Error.Message, "q: at most 1024 bytes")
+	require.Equal(t, http.StatusOK, e.get("/api/sessions?q="+strings.Repeat("x", 1024), nil))
 }
 
 func TestRestartKeepsSessions(t *testing.T) {

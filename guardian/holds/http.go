@@ -153,6 +153,12 @@ func (m *Manager) handleAudit(w http.ResponseWriter, r *http.Request) {
 		m.writeError(w, err, nil)
 		return
 	}
+	for _, name := range []string{"type", "sessionId", "operator", "holdId"} {
+		if len(q.Get(name)) > MaxFilterBytes {
+			m.writeError(w, &FieldError{Field: name, Message: fmt.Sprintf("%s is longer than %d bytes", name, MaxFilterBytes)}, nil)
+			return
+		}
+	}
 	aq := AuditQuery{Limit: int(limit), Before: before, Type: q.Get("type"),
 		SessionID: q.Get("sessionId"), Operator: q.Get("operator"), HoldID: q.Get("holdId")}
 	entries, err := m.Audit(r.Context(), aq)
@@ -203,6 +209,10 @@ func readBody(w http.ResponseWriter, r *http.Request, dst any) error {
 	}
 	return nil
 }
+
+// MaxFilterBytes bounds a text filter of a listing: longer than any id Vigil accepts, and
+// far below what a LIKE pattern or an index lookup can be made to chew on.
+const MaxFilterBytes = 1024
 
 func queryInt(s, field string) (int64, error) {
 	if s == "" {

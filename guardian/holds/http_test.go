@@ -161,6 +161,8 @@ func TestHTTPValidation(t *testing.T) {
 		{"bad status", "GET", "/api/holds?status=later", nil, 400, "bad_request", "status", "status must be"},
 		{"bad limit", "GET", "/api/holds?limit=-1", nil, 400, "bad_request", "limit", "limit"},
 		{"bad audit before", "GET", "/api/audit?before=x", nil, 400, "bad_request", "before", "before"},
+		{"huge audit session filter", "GET", "/api/audit?sessionId=" + strings.Repeat("s", 100_000), nil, 400, "bad_request", "sessionId", "longer than 1024"},
+		{"huge audit operator filter", "GET", "/api/audit?operator=" + strings.Repeat("o", 2000), nil, 400, "bad_request", "operator", "longer than 1024"},
 		{"control without operator", "POST", "/api/sessions/s1/pause", map[string]any{}, 400, "bad_request", "operator", "operator is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
