@@ -63,7 +63,7 @@ func tightenModes(abs string) error {
 }
 
 // watchInterval is how often the database file is checked for deletion or replacement.
-const watchInterval = 5 * time.Second
+const watchInterval = 2 * time.Second
 
 // watchFile checks, until stop closes, that the file at db.path is still the database this
 // DB has open. Deleting it while serving does not stop SQLite (the open descriptors keep
