@@ -20,6 +20,9 @@ func TestMinuteCountsMatchTheQuery(t *testing.T) {
 	decisions := []string{"allow", "deny", "modify", "hold", "allow"}
 	for i := range 40 {
 		rec := step("s", decisions[i%len(decisions)], 0)
+		if rec.Decision == "hold" {
+			rec.Decision, rec.Held = "deny", true // held, then denied
+		}
 		rec.ReceivedAt = now.Add(-time.Duration(i*97) * time.Second) // spans about 65 minutes
 		save(t, db, rec)
 	}
@@ -40,6 +43,11 @@ func TestMinuteCountsMatchTheQuery(t *testing.T) {
 		total += m.Allow + m.Deny + m.Modify + m.Hold
 	}
 	require.Greater(t, total, int64(30), "most steps fall in the window")
+	held := int64(0)
+	for _, m := range want {
+		held += m.Hold
+	}
+	require.Positive(t, held, "held steps count as held, whatever their final decision")
 	require.NoError(t, db.Close())
 
 	db, err = Open(ctx, path, Options{})

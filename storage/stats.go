@@ -16,14 +16,27 @@ type Stats struct {
 	// PerMinute has one entry per minute for the last 60 minutes, oldest first, the
 	// current (partial) minute last.
 	PerMinute []MinuteStats `json:"perMinute"`
-	// TopRules, TopTools and Latency describe the newest RecentWindow steps.
-	TopRules     []RuleCount  `json:"topRules"`
-	TopTools     []ToolCount  `json:"topTools"`
-	Latency      LatencyStats `json:"latency"`
-	PendingHolds int64        `json:"pendingHolds"`
+	// TopRules, TopTools, Latency and Review describe the newest RecentWindow steps.
+	TopRules []RuleCount `json:"topRules"`
+	TopTools []ToolCount `json:"topTools"`
+	// Latency is the guardian's own decision time, over the steps no person reviewed: a
+	// held step's time is mostly a reviewer's, and would swamp it.
+	Latency LatencyStats `json:"latency"`
+	// Review is the time held steps waited for their outcome (reviewer or timeout).
+	Review       ReviewStats `json:"review"`
+	PendingHolds int64       `json:"pendingHolds"`
 }
 
-// MinuteStats counts one minute's steps by decision.
+// ReviewStats are the held steps among the recent ones and how long they were held.
+type ReviewStats struct {
+	Held      int64 `json:"held"`
+	P50Micros int64 `json:"p50Micros"`
+	P99Micros int64 `json:"p99Micros"`
+}
+
+// MinuteStats counts one minute's steps by outcome: Hold counts the steps that were held for
+// review (whatever their final decision), the others the rest by decision, so the four add
+// up to the minute's steps.
 type MinuteStats struct {
 	Minute time.Time `json:"minute"`
 	Allow  int64     `json:"allow"`
@@ -93,13 +106,27 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		WHERE tool <> '' GROUP BY tool ORDER BY n DESC, tool LIMIT ?`, RecentWindow, statsTopN); err != nil {
 		return Stats{}, fmt.Errorf("storage: stats: top tools: %w", err)
 	}
-	var lat []int64
-	if err := queryInto(ctx, tx, &lat, func(v *int64) []any { return []any{v} },
-		`SELECT latency_micros FROM steps ORDER BY seq DESC LIMIT ?`, RecentWindow); err != nil {
+	type timed struct {
+		micros int64
+		held   bool
+	}
+	var recent []timed
+	if err := queryInto(ctx, tx, &recent, func(v *timed) []any { return []any{&v.micros, &v.held} },
+		`SELECT latency_micros, held FROM steps ORDER BY seq DESC LIMIT ?`, RecentWindow); err != nil {
 		return Stats{}, fmt.Errorf("storage: stats: latency: %w", err)
 	}
-	slices.Sort(lat)
-	st.Latency = LatencyStats{P50Micros: percentile(lat, 50), P99Micros: percentile(lat, 99)}
+	var guardian, review []int64
+	for _, r := range recent {
+		if r.held {
+			review = append(review, r.micros)
+		} else {
+			guardian = append(guardian, r.micros)
+		}
+	}
+	slices.Sort(guardian)
+	slices.Sort(review)
+	st.Latency = LatencyStats{P50Micros: percentile(guardian, 50), P99Micros: percentile(guardian, 99)}
+	st.Review = ReviewStats{Held: int64(len(review)), P50Micros: percentile(review, 50), P99Micros: percentile(review, 99)}
 	return st, nil
 }
 
@@ -120,7 +147,9 @@ func (db *DB) perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]Minut
 	return perMinuteQuery(ctx, tx, now)
 }
 
-// perMinuteQuery counts the window from the (received_at, decision) index alone.
+// perMinuteQuery counts the window from the steps of its minutes (the (received_at,
+// decision) index finds them; held needs the row). It runs when the in-memory counts do not
+// cover the window: at Open, to seed them.
 func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteStats, error) {
 	const minute = int64(time.Minute)
 	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // end of the current minute
@@ -129,9 +158,10 @@ func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteSta
 	for i := range out {
 		out[i].Minute = start.Add(time.Duration(i) * time.Minute)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT (received_at - ?1) / ?2 AS m, decision, count(*)
+	rows, err := tx.QueryContext(ctx, `SELECT (received_at - ?1) / ?2 AS m,
+		CASE WHEN held THEN 'hold' ELSE decision END AS outcome, count(*)
 		FROM steps WHERE received_at >= ?1 AND received_at < ?3
-		GROUP BY m, decision`, start.UnixNano(), minute, end.UnixNano())
+		GROUP BY m, outcome`, start.UnixNano(), minute, end.UnixNano())
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +190,15 @@ func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]MinuteSta
 		}
 	}
 	return out, rows.Err()
+}
+
+// outcome is the per-minute category of a step: "hold" when a person was asked, else its
+// decision.
+func outcome(decision string, held bool) string {
+	if held {
+		return "hold"
+	}
+	return decision
 }
 
 // queryInto appends one T per row to dst, scanning into the pointers fields returns.

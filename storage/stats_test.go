@@ -36,6 +36,10 @@ func TestStats(t *testing.T) {
 	add := func(sid, decision string, at time.Time, tool string, latency int64, rules ...string) {
 		rec := step(sid, decision, 0)
 		rec.ReceivedAt, rec.Tool, rec.LatencyMicros = at, tool, latency
+		// A step is stored with its final decision; "hold" here means it was held first.
+		if decision == "hold" {
+			rec.Decision, rec.Held = "allow", true
+		}
 		for _, r := range rules {
 			rec.MatchedRules = append(rec.MatchedRules, RuleMatch{RuleID: r, Action: decision, Mode: "enforce"})
 		}
@@ -74,8 +78,10 @@ func TestStats(t *testing.T) {
 
 	require.Equal(t, []ToolCount{{"search", 3}, {"send_email", 2}, {"transfer", 1}}, st.TopTools)
 	require.Equal(t, []RuleCount{{"r-audit", 2}, {"r-allow", 1}, {"r-deny", 1}, {"r-hold", 1}, {"r-redact", 1}}, st.TopRules)
-	// Latencies 1,1,100..700: nearest-rank p50 of 9 values is the 5th.
-	require.Equal(t, LatencyStats{P50Micros: 300, P99Micros: 700}, st.Latency)
+	// The guardian's latency leaves out the held steps (500, 600): of 1,1,100,200,300,400,700
+	// the nearest-rank p50 is the 4th. Their time is review time.
+	require.Equal(t, LatencyStats{P50Micros: 200, P99Micros: 700}, st.Latency)
+	require.Equal(t, ReviewStats{Held: 2, P50Micros: 500, P99Micros: 600}, st.Review)
 
 	b, err := json.Marshal(st.PerMinute[0])
 	require.NoError(t, err)

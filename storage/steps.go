@@ -127,7 +127,7 @@ func (db *DB) SaveStep(ctx context.Context, rec *StepRecord) error {
 	}
 	rec.Seq = seq
 	if db.minutes != nil {
-		db.minutes.add(rec.ReceivedAt, rec.Decision)
+		db.minutes.add(rec.ReceivedAt, outcome(rec.Decision, rec.Held))
 	}
 	return nil
 }

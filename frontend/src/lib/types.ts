@@ -166,7 +166,10 @@ export interface Stats {
   perMinute: MinuteStats[] | null;
   topRules: { ruleId: string; matches: number }[] | null;
   topTools: { tool: string; count: number }[] | null;
+  /** The guardian's own decision time, over steps no person reviewed. */
   latency: { p50Micros: number; p99Micros: number };
+  /** Held steps among the recent ones, and how long they waited for their outcome. */
+  review?: { held: number; p50Micros: number; p99Micros: number };
   pendingHolds: number;
 }
 
