@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vigil-guardian/vigil/jsonpatch"
 	"github.com/vigil-guardian/vigil/rules"
 )
 
@@ -241,15 +242,21 @@ func (db *DB) ApplyRules(ctx context.Context, b RuleBatch) ([]rules.Rule, []Even
 		events []Event
 	)
 	err := db.Exec(ctx, func(tx *sql.Tx) error {
-		saved, events = make([]rules.Rule, 0, len(changes)), make([]Event, 0, len(changes))
+		saved, events = make([]rules.Rule, 0, len(changes)), make([]Event, 0, 2*len(changes))
 		ids := make([]string, 0, len(changes))
+		audits := make([]ruleAudit, 0, len(changes))
 		for _, c := range changes {
+			before, err := currentRule(tx, c.Rule.ID)
+			if err != nil {
+				return err
+			}
 			r, err := applyRuleChange(tx, c, operator, at)
 			if err != nil {
 				return err
 			}
 			saved = append(saved, r)
 			ids = append(ids, r.ID)
+			audits = append(audits, ruleAudit{op: c.Op, before: before, after: r})
 			if eventOp != "" {
 				continue
 			}
@@ -270,12 +277,83 @@ func (db *DB) ApplyRules(ctx context.Context, b RuleBatch) ([]rules.Rule, []Even
 			}
 			events = append(events, ev)
 		}
+		// The audit entries follow the changes they record.
+		for _, a := range audits {
+			ev, err := db.ruleAuditTx(tx, a, operator, at)
+			if err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return saved, events, nil
+}
+
+// currentRule is rule id as stored now, nil when there is none.
+func currentRule(tx *sql.Tx, id string) (*rules.Rule, error) {
+	r, err := scanRule(tx.QueryRow(`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: rule %q: %w", id, err)
+	}
+	return &r, nil
+}
+
+// ruleAudit is one rule change to audit: its op and the rule before (nil: none) and after.
+type ruleAudit struct {
+	op     string
+	before *rules.Rule
+	after  rules.Rule
+}
+
+// AuditRulePrefix starts the audit type of every rule change: "rule.create", "rule.update",
+// "rule.delete", "rule.enable", "rule.disable", "rule.restore", "rule.import",
+// "rule.reload" (a rules file read at start or on SIGHUP) and "rule.revert".
+const AuditRulePrefix = "rule."
+
+// ruleAuditTx writes the audit entry of one rule change inside its transaction: who, the
+// version it made, and the change as a JSON Patch from the rule before to the rule after
+// (a create patches from null, a delete to null; versions and times are left out).
+func (db *DB) ruleAuditTx(tx *sql.Tx, a ruleAudit, operator string, at time.Time) (Event, error) {
+	op, before, after := a.op, a.before, a.after
+	content := func(r *rules.Rule) (json.RawMessage, error) {
+		if r == nil {
+			return json.RawMessage("null"), nil
+		}
+		c := *r
+		c.Version, c.UpdatedAt = 0, time.Time{}
+		return json.Marshal(c)
+	}
+	from, err := content(before)
+	if err != nil {
+		return Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
+	}
+	var to json.RawMessage
+	if op == RuleOpDelete {
+		to = json.RawMessage("null")
+	} else if to, err = content(&after); err != nil {
+		return Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
+	}
+	ops, err := jsonpatch.Diff(from, to)
+	if err != nil {
+		return Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
+	}
+	diff, err := json.Marshal(ops)
+	if err != nil {
+		return Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
+	}
+	detail, err := json.Marshal(map[string]any{"version": after.Version})
+	if err != nil {
+		return Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
+	}
+	return db.appendAuditTx(tx, &auditArgs{entry: AuditEntry{Type: AuditRulePrefix + op, Operator: operator,
+		RuleID: after.ID, At: holdTime(at), Diff: diff, Detail: detail}})
 }
 
 // canonicalRule copies r with its expiry in UTC, so equal rules store equal JSON.

@@ -64,11 +64,22 @@ func TestRuleSaveVersionsAndEvents(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 
 	// The events are in the shared sequence, readable by the live stream.
+	// Each change is followed by its audit entry.
 	events, err := db.EventsAfter(ctx, 0, 10)
 	require.NoError(t, err)
-	require.Len(t, events, 2)
+	require.Len(t, events, 4)
 	require.Equal(t, ev.Seq, events[0].Seq)
-	require.JSONEq(t, string(ev2.Payload), string(events[1].Payload))
+	require.Equal(t, EventAudit, events[1].Type)
+	require.JSONEq(t, string(ev2.Payload), string(events[2].Payload))
+	require.Equal(t, EventAudit, events[3].Type)
+	audit, err := db.ListAudit(ctx, AuditQuery{Type: "rule"})
+	require.NoError(t, err)
+	require.Len(t, audit, 2)
+	require.Equal(t, "rule.update", audit[0].Type)
+	require.Equal(t, "eli", audit[0].Operator)
+	require.JSONEq(t, `[{"op":"replace","path":"/when","value":"tool == \"send_email\" \u0026\u0026 inputs.to != \"\"","old":"tool == \"send_email\""}]`, string(audit[0].Diff))
+	require.JSONEq(t, `{"version":2}`, string(audit[0].Detail))
+	require.Equal(t, "rule.create", audit[1].Type)
 }
 
 func TestRuleDeleteKeepsHistory(t *testing.T) {
@@ -151,8 +162,10 @@ func TestRuleBatchAllOrNothing(t *testing.T) {
 	require.Len(t, saved, 2)
 	require.Equal(t, 1, saved[0].Version)
 	require.Equal(t, 2, saved[1].Version)
-	require.Len(t, events, 1, "one reload event for the batch")
+	require.Len(t, events, 3, "one reload event for the batch, then an audit entry per change")
 	require.JSONEq(t, `{"op":"reload","rule":null,"ruleId":"","ruleIds":["new","old"]}`, string(events[0].Payload))
+	require.Equal(t, EventAudit, events[1].Type)
+	require.Equal(t, EventAudit, events[2].Type)
 	require.Equal(t, t0, events[0].At)
 
 	_, _, err = db.ApplyRules(ctx, RuleBatch{Changes: []RuleChange{{Op: RuleOpCreate}}})

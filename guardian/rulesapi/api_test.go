@@ -237,11 +237,41 @@ func TestRuleChangedEvents(t *testing.T) {
 	f.call("POST", "/api/rules/a/versions/1/restore", nil, http.StatusOK, nil)
 	f.call("POST", "/api/rules/import?mode=merge", "rules:\n  - {id: b, when: 'true', action: allow}\n", http.StatusOK, nil)
 
-	pub := f.published()
-	require.Len(t, pub, 5)
-	stored, err := f.db.EventsAfter(ctx, 0, 100)
+	all := f.published()
+	allStored, err := f.db.EventsAfter(ctx, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, stored, 5)
+	require.Len(t, allStored, len(all))
+	var pub, stored, audits []storage.Event
+	for i, ev := range all {
+		require.Equal(t, allStored[i].Seq, ev.Seq, "published with the stored seq")
+		if ev.Type == storage.EventAudit {
+			audits = append(audits, ev)
+			continue
+		}
+		pub, stored = append(pub, ev), append(stored, allStored[i])
+	}
+	require.Len(t, pub, 5)
+
+	// Every change is in the audit log, after its rule.changed event, with its diff.
+	wantAudit := []struct{ typ, diff string }{
+		{"rule.create", `[{"op":"replace","path":"","value":{"action":"deny","enabled":true,"id":"a","message":"{{tool}} is not allowed","mode":"enforce","name":"no x","priority":0,"reasonCode":"NO_x","when":"tool == \"x\""},"old":null}]`},
+		{"rule.disable", `[{"op":"replace","path":"/enabled","value":false,"old":true}]`},
+		{"rule.delete", `[{"op":"replace","path":"","value":null,"old":{"action":"deny","enabled":false,"id":"a","message":"{{tool}} is not allowed","mode":"enforce","name":"no x","priority":0,"reasonCode":"NO_x","when":"tool == \"x\""}}]`},
+		{"rule.restore", `[{"op":"replace","path":"","value":{"action":"deny","enabled":true,"id":"a","message":"{{tool}} is not allowed","mode":"enforce","name":"no x","priority":0,"reasonCode":"NO_x","when":"tool == \"x\""},"old":null}]`},
+		{"rule.import", `[{"op":"replace","path":"","value":{"action":"allow","enabled":true,"id":"b","mode":"enforce","priority":0,"when":"true"},"old":null}]`},
+	}
+	require.Len(t, audits, len(wantAudit))
+	for i, ev := range audits {
+		var e storage.AuditEntry
+		require.NoError(t, json.Unmarshal(ev.Payload, &e))
+		require.Equal(t, wantAudit[i].typ, e.Type)
+		require.Equal(t, "dana", e.Operator)
+		require.JSONEq(t, wantAudit[i].diff, string(e.Diff), e.Type)
+		require.Greater(t, ev.Seq, pub[i].Seq)
+	}
+	entries, err := f.db.ListAudit(ctx, storage.AuditQuery{Type: "rule"})
+	require.NoError(t, err)
+	require.Len(t, entries, 5)
 
 	wantOps := []string{"create", "disable", "delete", "restore", "reload"}
 	for i, ev := range pub {

@@ -215,6 +215,20 @@ func TestReloadFromFile(t *testing.T) {
 	require.Equal(t, 2, n)
 	f.call("POST", "/api/rules", denyTool("ui-made", "ftp"), http.StatusCreated, nil)
 
+	// The console learns which rules the file sets, to warn before an edit it would undo.
+	var listed struct {
+		Rules []map[string]any `json:"rules"`
+	}
+	f.call("GET", "/api/rules", nil, http.StatusOK, &listed)
+	fromFile := map[string]bool{}
+	for _, r := range listed.Rules {
+		fromFile[r["id"].(string)], _ = r["fromFile"].(bool)
+	}
+	require.Equal(t, map[string]bool{"a": true, "b": true, "ui-made": false}, fromFile)
+	var one map[string]any
+	f.call("GET", "/api/rules/a", nil, http.StatusOK, &one)
+	require.Equal(t, true, one["fromFile"])
+
 	// A restart with the same file: nothing changes, the operator's rule stays.
 	svc2 := New(Options{Store: db})
 	require.NoError(t, svc2.Start(ctx))
@@ -350,6 +364,9 @@ func TestEngineFailureRevertsTheStore(t *testing.T) {
 	// Live clients saw each change and its revert.
 	var ops []string
 	for _, ev := range f.published() {
+		if ev.Type != storage.EventRuleChanged {
+			continue // the audit entries of the same changes
+		}
 		var p storage.RuleChangedPayload
 		require.NoError(t, json.Unmarshal(ev.Payload, &p))
 		ops = append(ops, p.Op+" "+p.RuleID+strings.Join(p.RuleIDs, ","))

@@ -101,6 +101,12 @@ type Service struct {
 	mu sync.Mutex
 	// backtests admits one backtest at a time: each can replay 10000 steps.
 	backtests chan struct{}
+
+	// fileMu guards fileIDs: the ids of the rules the configured rules file held when it
+	// was last read. The next start or reload writes them over console edits, which the
+	// console warns about.
+	fileMu  sync.RWMutex
+	fileIDs map[string]bool
 }
 
 // Errors the API maps to HTTP statuses. A missing rule or step wraps storage.ErrNotFound.
@@ -510,7 +516,33 @@ func (s *Service) ImportFile(ctx context.Context, path, mode, operator string) (
 		return 0, err
 	}
 	n, _, err := s.importRules(ctx, f, mode, operator)
+	if err == nil && s.opts.RulesFile != "" && samePath(path, s.opts.RulesFile) {
+		ids := make(map[string]bool, len(f.Rules))
+		for _, r := range f.Rules {
+			ids[r.ID] = true
+		}
+		s.fileMu.Lock()
+		s.fileIDs = ids
+		s.fileMu.Unlock()
+	}
 	return n, err
+}
+
+// samePath reports whether two paths name the same file.
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
+}
+
+// fromFile reports whether rule id is one the configured rules file sets.
+func (s *Service) fromFile(id string) bool {
+	s.fileMu.RLock()
+	defer s.fileMu.RUnlock()
+	return s.fileIDs[id]
 }
 
 // Reload imports Options.RulesFile again (merge), e.g. on SIGHUP or POST /api/rules/reload.
@@ -578,6 +610,9 @@ type RuleView struct {
 	// Expired rules stay listed but are no longer evaluated.
 	Expired bool            `json:"expired"`
 	Stats   rules.RuleStats `json:"stats"`
+	// FromFile says the rule is in the rules file (--rules): the next start or reload
+	// writes the file's version over a console edit.
+	FromFile bool `json:"fromFile,omitempty"`
 }
 
 // MarshalJSON writes the rule's own fields and the view's. Without it the embedded rule's
@@ -588,9 +623,10 @@ func (v RuleView) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	extra, err := json.Marshal(struct {
-		Expired bool            `json:"expired"`
-		Stats   rules.RuleStats `json:"stats"`
-	}{v.Expired, v.Stats})
+		Expired  bool            `json:"expired"`
+		Stats    rules.RuleStats `json:"stats"`
+		FromFile bool            `json:"fromFile,omitempty"`
+	}{v.Expired, v.Stats, v.FromFile})
 	if err != nil {
 		return nil, err
 	}
@@ -614,7 +650,7 @@ func (s *Service) List(ctx context.Context) ([]RuleView, error) {
 	now := s.now()
 	out := make([]RuleView, len(cur))
 	for i, r := range cur {
-		out[i] = RuleView{Rule: r, Expired: r.Expired(now), Stats: stats[r.ID]}
+		out[i] = RuleView{Rule: r, Expired: r.Expired(now), Stats: stats[r.ID], FromFile: s.fromFile(r.ID)}
 	}
 	return out, nil
 }
@@ -629,7 +665,7 @@ func (s *Service) Get(ctx context.Context, id string) (RuleView, error) {
 }
 
 func (s *Service) view(r rules.Rule) RuleView {
-	return RuleView{Rule: r, Expired: r.Expired(s.now()), Stats: s.engine.Stats()[r.ID]}
+	return RuleView{Rule: r, Expired: r.Expired(s.now()), Stats: s.engine.Stats()[r.ID], FromFile: s.fromFile(r.ID)}
 }
 
 // Export writes the stored rules as a rules file ("yaml" or "json").

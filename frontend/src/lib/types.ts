@@ -107,6 +107,8 @@ export interface Rule {
   version?: number;
   updatedAt?: string;
   stats?: RuleStats;
+  /** The rule is in the --rules file: the next start or reload overwrites console edits. */
+  fromFile?: boolean;
 }
 
 export interface RuleVersion {

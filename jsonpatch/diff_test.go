@@ -1,4 +1,4 @@
-package holds
+package jsonpatch
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 
 // applyPatch applies ops (add, remove, replace) to doc, as RFC 6902 specifies, so the
 // tests check that a diff really turns before into after.
-func applyPatch(t *testing.T, doc any, ops []PatchOp) any {
+func applyPatch(t *testing.T, doc any, ops []Op) any {
 	t.Helper()
 	for _, op := range ops {
 		var v any

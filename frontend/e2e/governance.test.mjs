@@ -1,0 +1,77 @@
+// Rule governance and truthful overview figures, in the browser against the real guardian.
+//   VIGIL_BIN=/path/to/vigil npm run e2e
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { aosRequest, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+
+/** @type {Awaited<ReturnType<typeof startGuardian>>} */
+let guardian;
+/** @type {Awaited<ReturnType<typeof startBrowser>>} */
+let browser;
+/** @type {import('playwright-core').Page} */
+let page;
+
+before(async () => {
+  guardian = await startGuardian();
+  browser = await startBrowser();
+  page = await browser.context.newPage();
+  page.setDefaultTimeout(15_000);
+});
+
+after(async () => {
+  await browser?.stop();
+  await guardian?.stop();
+});
+
+/** Calls the console API as an operator. @param {string} method @param {string} path @param {unknown} [body] */
+async function api(method, path, body) {
+  const res = await fetch(`${guardian.url}${path}`, {
+    method,
+    headers: { 'content-type': 'application/json', 'x-vigil-operator': 'rita' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  assert.ok(res.ok, `${method} ${path} answered ${res.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+describe('governance', () => {
+  test('a rule from the rules file warns before an edit, and rule changes land in the audit log with their diff', async () => {
+    await page.goto(`${guardian.url}/#/rules/external-email`);
+    await page.getByTestId('from-file').getByText('comes from the rules file').waitFor();
+    await shot(page, 'gov-01-rule-from-file');
+
+    await api('POST', '/api/rules/external-email/disable');
+    await page.goto(`${guardian.url}/#/audit`);
+    await page.getByLabel('Action type').selectOption('rule');
+    const row = page.locator('.arow', { hasText: 'Rule disabled' });
+    await row.waitFor();
+    await row.getByText('rita').waitFor();
+    await row.click();
+    const detail = page.getByLabel('Entry detail');
+    await detail.getByText('Change to the rule').waitFor();
+    await detail.getByText('/enabled').waitFor();
+    await shot(page, 'gov-02-audit-rule-change');
+  });
+
+  test('the overview counts a held step as held and keeps review time out of the guardian latency', async () => {
+    const who = { session: `gov-${Date.now().toString(36)}`, step: 1 };
+    const answer = post(guardian.url, aosRequest(who, 'steps/toolCallRequest', toolCall('transfer_funds', { amount: 5000, currency: 'EUR', to: 'ACME' })));
+    /** @type {{id: string}[]} */
+    let pending = [];
+    for (let i = 0; i < 100 && pending.length === 0; i++) {
+      pending = (await api('GET', '/api/holds?status=pending')).holds;
+      if (!pending.length) await new Promise((ok) => setTimeout(ok, 100));
+    }
+    assert.equal(pending.length, 1);
+    await api('POST', `/api/holds/${pending[0].id}/approve`, { operator: 'rita' });
+    assert.equal((await answer).result?.decision, 'allow');
+
+    await page.goto(`${guardian.url}/#/overview`);
+    await page.getByText(/review time p50 \(1 held\)/).waitFor();
+    await page.locator('.share', { hasText: 'held' }).getByText(/held [1-9]\d*%/).waitFor();
+    await page.getByText('guardian latency p99').waitFor();
+    await shot(page, 'gov-03-overview');
+  });
+});
