@@ -75,3 +75,41 @@ describe('governance', () => {
     await shot(page, 'gov-03-overview');
   });
 });
+
+describe('comments', () => {
+  test('a comment on a step shows live to another operator and lands in the audit log', async () => {
+    const sid = `cmt-${Date.now().toString(36)}`;
+    const who = (step) => ({ session: sid, step });
+    await post(guardian.url, aosRequest(who(1), 'steps/toolCallRequest', toolCall('search', { q: 'invoices' })));
+    await post(guardian.url, aosRequest(who(2), 'steps/toolCallRequest', toolCall('search', { q: 'payroll' })));
+
+    // A second operator watches the same session in another tab.
+    const other = await browser.context.newPage();
+    await other.goto(`${guardian.url}/#/session/${sid}`);
+    await other.getByTestId('timeline-step').nth(1).waitFor();
+
+    await page.goto(`${guardian.url}/#/session/${sid}`);
+    await page.getByTestId('timeline-step').first().click();
+    const box = page.getByTestId('comments');
+    await box.getByPlaceholder('Comment on this step…').fill('Why search payroll here?');
+    await box.getByPlaceholder('Comment on this step…').press('Control+Enter');
+    const prompt = page.getByRole('dialog');
+    if (await prompt.isVisible().catch(() => false)) {
+      await prompt.getByRole('textbox').fill('rita');
+      await prompt.getByRole('button', { name: /save|continue|ok/i }).click();
+    }
+    await box.getByTestId('comment').getByText('Why search payroll here?').waitFor();
+
+    // Live in the other tab: the step gets a marker, and its comments show when selected.
+    const first = other.getByTestId('timeline-step').first();
+    await first.getByText('has comments').waitFor({ state: 'attached' });
+    await first.click();
+    await other.getByTestId('comments').getByText('Why search payroll here?').waitFor();
+    await shot(other, 'gov-04-comment-live');
+    await other.close();
+
+    const audit = await api('GET', `/api/audit?type=comment&sessionId=${sid}`);
+    assert.equal(audit.entries.length, 1);
+    assert.equal(audit.entries[0].note, 'Why search payroll here?');
+  });
+});

@@ -111,7 +111,7 @@ func cleanPath(p string) string {
 
 // RequiredRole is the least role a console request needs: reads need viewer (keys and
 // accounts: admin); deciding holds and pausing, resuming or blocking sessions needs
-// reviewer; dry runs of rules (validate, test, backtest) change nothing and need viewer;
+// reviewer, and so does commenting on a session or step; dry runs of rules (validate, test, backtest) change nothing and need viewer;
 // every other change needs admin. escaped reports a path with escaped characters, which
 // only ever gets the strictest role for a change.
 func RequiredRole(method, p string, escaped bool) string {
@@ -132,7 +132,7 @@ func RequiredRole(method, p string, escaped bool) string {
 		(seg[3] == "approve" || seg[3] == "deny" || seg[3] == "modify"):
 		return RoleReviewer
 	case len(seg) == 4 && seg[0] == "api" && seg[1] == "sessions" &&
-		(seg[3] == "pause" || seg[3] == "resume" || seg[3] == "block"):
+		(seg[3] == "pause" || seg[3] == "resume" || seg[3] == "block" || seg[3] == "comments"):
 		return RoleReviewer
 	case len(seg) == 3 && seg[0] == "api" && seg[1] == "rules" &&
 		(seg[2] == "validate" || seg[2] == "test" || seg[2] == "backtest"):

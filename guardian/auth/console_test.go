@@ -28,6 +28,8 @@ var routeCases = []routeCase{
 	{"POST", "/api/holds/h1/deny", RoleReviewer},
 	{"POST", "/api/holds/h1/modify", RoleReviewer},
 	{"POST", "/api/sessions/s1/pause", RoleReviewer},
+	{"POST", "/api/sessions/s1/comments", RoleReviewer},
+	{"GET", "/api/sessions/s1/comments", RoleViewer},
 	{"POST", "/api/sessions/s1/resume", RoleReviewer},
 	{"POST", "/api/sessions/s1/block", RoleReviewer},
 	{"POST", "/api/rules/validate", RoleViewer},

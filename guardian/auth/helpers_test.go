@@ -121,6 +121,8 @@ var consoleRoutes = []string{
 	"POST /api/sessions/{id}/pause",
 	"POST /api/sessions/{id}/resume",
 	"POST /api/sessions/{id}/block",
+	"POST /api/sessions/{id}/comments",
+	"GET /api/sessions/{id}/comments",
 	"POST /api/rules",
 	"PUT /api/rules/{id}",
 	"DELETE /api/rules/{id}",

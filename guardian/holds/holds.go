@@ -104,6 +104,9 @@ type Store interface {
 	SessionControls(ctx context.Context) (map[string]string, error)
 	AppendAudit(ctx context.Context, e *AuditEntry) (storage.Event, error)
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+	// Session and Step find what a comment is about (ErrNotFound when missing).
+	Session(ctx context.Context, id string) (storage.Session, error)
+	Step(ctx context.Context, seq int64) (storage.StepRecord, error)
 }
 
 // Options configure a Manager. Store is required.

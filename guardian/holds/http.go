@@ -24,6 +24,8 @@ const maxBody = 4 << 20
 //	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","remember"}
 //	POST /api/sessions/{id}/pause|resume|block {"operator","note"}
 //	GET  /api/audit?limit=&before=&type=&sessionId=&operator=&holdId=
+//	GET  /api/sessions/{id}/comments
+//	POST /api/sessions/{id}/comments           {"operator","text","stepSeq"}
 func (m *Manager) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/holds", m.handleList)
 	mux.HandleFunc("GET /api/holds/{id}", m.handleGet)
@@ -34,6 +36,8 @@ func (m *Manager) Register(mux *http.ServeMux) {
 		mux.HandleFunc("POST /api/sessions/{id}/"+control, m.handleControl(control))
 	}
 	mux.HandleFunc("GET /api/audit", m.handleAudit)
+	mux.HandleFunc("GET /api/sessions/{id}/comments", m.handleComments)
+	mux.HandleFunc("POST /api/sessions/{id}/comments", m.handleAddComment)
 }
 
 func (m *Manager) handleList(w http.ResponseWriter, r *http.Request) {

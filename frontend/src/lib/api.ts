@@ -5,6 +5,7 @@
 import type {
   AuditEntry,
   BacktestResult,
+  Comment,
   Hold,
   HoldStatus,
   Info,
@@ -160,6 +161,13 @@ export class Api {
   }
   control(id: string, action: 'pause' | 'resume' | 'block', operator: string, note?: string) {
     return this.request<unknown>('POST', `/api/sessions/${enc(id)}/${action}`, { operator, note: note ?? '' });
+  }
+
+  comments(sessionId: string) {
+    return this.request<{ comments: Comment[] | null }>('GET', `/api/sessions/${enc(sessionId)}/comments`);
+  }
+  addComment(sessionId: string, body: { operator: string; text: string; stepSeq?: number }) {
+    return this.request<Comment>('POST', `/api/sessions/${enc(sessionId)}/comments`, body);
   }
 
   stats() {

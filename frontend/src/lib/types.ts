@@ -190,6 +190,17 @@ export interface AuditEntry {
   detail?: unknown;
 }
 
+/** An operator's comment on a session, or on one of its steps (stepSeq). */
+export interface Comment {
+  id: number;
+  seq: number;
+  at: string;
+  operator: string;
+  sessionId: string;
+  stepSeq?: number;
+  text: string;
+}
+
 export interface Info {
   version: string;
   aosEndpoint: string;
