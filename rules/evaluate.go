@@ -149,7 +149,7 @@ type hit struct {
 // does not modify env. Each rule runs within the Options' budget; one that exceeds it
 // fails, and the error policy decides for it.
 func (p *Program) Evaluate(env *Env) Verdict {
-	v, _ := p.evaluate(nil, env)
+	v, _ := p.evaluate(context.Background(), env)
 	return v
 }
 
@@ -163,6 +163,9 @@ func (p *Program) EvaluateContext(ctx context.Context, env *Env) (Verdict, error
 }
 
 func (p *Program) evaluate(ctx context.Context, env *Env) (v Verdict, cerr error) {
+	if ctx.Done() == nil {
+		ctx = nil // never cancelled: the loop below and the budget skip their checks
+	}
 	st := p.pool.Get().(*evalState)
 	defer func() {
 		// Rule errors are handled per rule; this is the last line for a bug in the engine
