@@ -41,6 +41,8 @@ type Config struct {
 	DefaultDecision string
 	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
 	OnRuleError string
+	// RuleBudget is the time one rule may take on one step; 0 turns the time limit off.
+	RuleBudget time.Duration
 	// Team mode and transport security.
 	Insecure      bool
 	TLSCert       string
@@ -142,6 +144,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
+	fset.DurationVar(&cfg.RuleBudget, "rule-budget", 100*time.Millisecond, "time one rule may take on one step; past it the rule fails (see -on-rule-error); 0 = no time limit")
 	// Environment first, so flags on the command line win.
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
@@ -178,6 +181,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	case "allow", "deny":
 	default:
 		return cfg, fmt.Errorf("-on-rule-error: must be allow or deny, got %q", cfg.OnRuleError)
+	}
+	if cfg.RuleBudget < 0 {
+		return cfg, fmt.Errorf("-rule-budget: must not be negative, got %s", cfg.RuleBudget)
 	}
 	return cfg, nil
 }

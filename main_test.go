@@ -130,3 +130,15 @@ tests:
 		})
 	}
 }
+
+func TestRuleBudgetFlag(t *testing.T) {
+	cfg, err := parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, cfg.RuleBudget)
+	t.Setenv("VIGIL_RULE_BUDGET", "250ms")
+	cfg, err = parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 250*time.Millisecond, cfg.RuleBudget)
+	_, err = parseConfig("serve", []string{"--rule-budget", "-1s"}, io.Discard)
+	require.ErrorContains(t, err, "rule-budget")
+}

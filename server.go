@@ -138,9 +138,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-authDone })
 
+	budget := cfg.RuleBudget
+	if budget == 0 {
+		budget = -1 // rules.Options: negative is no time limit, 0 the default
+	}
 	engine := rules.NewEngine(rules.Options{
 		DefaultDecision: rules.Action(cfg.DefaultDecision),
 		OnErrorEnforce:  rules.Action(cfg.OnRuleError),
+		Budget:          budget,
 	})
 	rs := rulesapi.New(rulesapi.Options{
 		Store:           db,

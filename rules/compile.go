@@ -44,6 +44,11 @@ type Options struct {
 	// Logger receives rule run-time errors (first one per rule, then every 1000th); nil
 	// logs nothing.
 	Logger *slog.Logger
+	// Budget is the time one rule may take on one step (DefaultBudget when 0; negative:
+	// no time limit). A rule past it, or past the work limits (MaxProduced,
+	// VMMemoryBudget), fails with "evaluation budget exceeded (…)" and the error policy
+	// decides for it.
+	Budget time.Duration
 }
 
 // DefaultMaxHistory is Options.MaxHistory when unset.
@@ -69,6 +74,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxHistory <= 0 {
 		o.MaxHistory = DefaultMaxHistory
+	}
+	if o.Budget == 0 {
+		o.Budget = DefaultBudget
 	}
 	return o
 }
@@ -245,7 +253,8 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats, counter *ev
 		p.activeReads |= c.reads
 	}
 	p.pool.New = func() any {
-		return &evalState{memo: make(map[memoKey]memoEntry, 8), shard: int(p.states.Add(1) % statShards)}
+		return &evalState{memo: make(map[memoKey]memoEntry, 8), shard: int(p.states.Add(1) % statShards),
+			vm: vm.VM{MemoryBudget: VMMemoryBudget}}
 	}
 	return p, nil
 }
@@ -587,9 +596,22 @@ func (t *template) render(m *vm.VM, env *Env) string {
 	for _, p := range t.parts {
 		if p.prog == nil {
 			b.WriteString(p.text)
-		} else if v, err := m.Run(p.prog, env); err != nil {
+			continue
+		}
+		if env.state != nil {
+			env.state.budget.begin()
+		}
+		v, err := m.Run(p.prog, env)
+		if err == nil && env.state != nil {
+			err = env.state.budget.err
+		}
+		switch {
+		case err != nil:
 			b.WriteString("?")
-		} else {
+		case !isString(v) && sizeOf(v, maxDisplay) > maxDisplay:
+			// A list can reference the step's text many times over; it would not fit anyway.
+			b.WriteString("…")
+		default:
 			b.WriteString(display(v))
 		}
 		if b.Len() > maxRendered {
@@ -605,6 +627,11 @@ func (t *template) render(m *vm.VM, env *Env) string {
 		s = s[:cut] + "…"
 	}
 	return s
+}
+
+func isString(v any) bool {
+	_, ok := v.(string)
+	return ok
 }
 
 // display formats a value for a message: lists are joined with ", ".

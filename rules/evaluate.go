@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -53,6 +54,10 @@ type RuleStats struct {
 	Errors      int64   `json:"errors"`
 	TotalMicros int64   `json:"totalMicros"`
 	AvgMicros   float64 `json:"avgMicros"`
+	// LastError is the text of the rule's most recent run-time error (a budget overrun
+	// reads "evaluation budget exceeded (…)"), at LastErrorAt.
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
 }
 
 // timingSample: one evaluation in timingSample is timed. Reading the clock around each of
@@ -77,6 +82,14 @@ type ruleStats struct {
 	matches, errors atomic.Int64
 	// timed evaluations and the nanoseconds they took.
 	timed, nanos atomic.Int64
+	// lastError is the most recent run-time error, nil before the first.
+	lastError atomic.Pointer[lastError]
+}
+
+// lastError is a rule's most recent run-time error and the evaluation time it happened at.
+type lastError struct {
+	text string
+	at   time.Time
 }
 
 // setActive records that the rule is (or is no longer) active from the moment now, a
@@ -109,6 +122,10 @@ func (s *ruleStats) snapshot() RuleStats {
 		Matches:     s.matches.Load(),
 		Errors:      s.errors.Load(),
 	}
+	if le := s.lastError.Load(); le != nil {
+		at := le.at
+		out.LastError, out.LastErrorAt = le.text, &at
+	}
 	if t := s.timed.Load(); t > 0 {
 		avg := float64(s.nanos.Load()) / float64(t) / 1000
 		out.AvgMicros = avg
@@ -129,8 +146,26 @@ type hit struct {
 }
 
 // Evaluate runs every enabled, unexpired rule against env and combines the results. It
-// does not modify env.
-func (p *Program) Evaluate(env *Env) (v Verdict) {
+// does not modify env. Each rule runs within the Options' budget; one that exceeds it
+// fails, and the error policy decides for it.
+func (p *Program) Evaluate(env *Env) Verdict {
+	v, _ := p.evaluate(context.Background(), env)
+	return v
+}
+
+// EvaluateContext is Evaluate that gives up when ctx is done, returning ctx's error: for
+// tests and backtests, which must not keep burning CPU for a client that has left.
+func (p *Program) EvaluateContext(ctx context.Context, env *Env) (Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return Verdict{}, err
+	}
+	return p.evaluate(ctx, env)
+}
+
+func (p *Program) evaluate(ctx context.Context, env *Env) (v Verdict, cerr error) {
+	if ctx.Done() == nil {
+		ctx = nil // never cancelled: the loop below and the budget skip their checks
+	}
 	st := p.pool.Get().(*evalState)
 	defer func() {
 		// Rule errors are handled per rule; this is the last line for a bug in the engine
@@ -151,6 +186,7 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 		*e = *env
 	}
 	e.state = st
+	st.budget.limit, st.budget.ctx = p.opts.Budget, ctx
 	if e.Now.IsZero() {
 		e.Now = p.opts.Now()
 	}
@@ -172,7 +208,15 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 	for w, word := range st.mask {
 		for ; word != 0; word &= word - 1 {
 			r := p.active[w*64+bits.TrailingZeros64(word)]
+			if ctx != nil {
+				if err := ctx.Err(); err != nil {
+					return Verdict{}, err
+				}
+			}
 			matched, set, err := r.evaluate(e, m)
+			if err != nil && ctx != nil && ctx.Err() != nil {
+				return Verdict{}, ctx.Err()
+			}
 			if timed {
 				now := time.Now()
 				r.stats.timed.Add(1)
@@ -182,6 +226,7 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 			switch {
 			case err != nil:
 				n := r.stats.errors.Add(1)
+				r.stats.lastError.Store(&lastError{text: errorText(err), at: e.Now})
 				h := hit{r: r, err: err, action: p.opts.OnErrorEnforce}
 				if r.mode == ModeMonitor {
 					h.action = p.opts.OnErrorMonitor
@@ -200,7 +245,7 @@ func (p *Program) Evaluate(env *Env) (v Verdict) {
 			}
 		}
 	}
-	return p.combine(e, m, hits)
+	return p.combine(e, m, hits), nil
 }
 
 // evaluate runs the rule's guards, then its condition and, for an enforced match, its
@@ -211,9 +256,16 @@ func (r *compiledRule) evaluate(e *Env, m *vm.VM) (matched bool, set map[string]
 			return false, nil, nil
 		}
 	}
+	b := &e.state.budget
+	b.begin()
 	out, err := m.Run(r.when, e)
+	if err == nil {
+		// A helper that ran past the budget may have finished its own work; the rule
+		// is over the budget all the same.
+		err = b.err
+	}
 	if err != nil {
-		return false, nil, err
+		return false, nil, budgetError(err)
 	}
 	switch v := out.(type) {
 	case bool:
@@ -233,8 +285,12 @@ func (r *compiledRule) evalSet(m *vm.VM, e *Env) (map[string]any, error) {
 	out := make(map[string]any, len(r.set))
 	for _, s := range r.set {
 		v, err := m.Run(s.prog, e)
+		if err == nil {
+			// The value goes into the forwarded request: what it references counts as built.
+			err = spend(e, 0, sizeOf(v, MaxProduced+1))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("modify.set.%s: %s", s.name, errorText(err))
+			return nil, fmt.Errorf("modify.set.%s: %s", s.name, errorText(budgetError(err)))
 		}
 		out[s.name] = v
 	}

@@ -20,7 +20,7 @@ var envHelpers = map[string]bool{
 	"pii": true, "piiKinds": true, "emails": true, "secrets": true, "secretKinds": true,
 	"urls": true, "sessionText": true, "countTool": true, "countMethod": true,
 	"countKind": true, "countDecision": true, "countToolWithin": true, "sessionHas": true,
-	"toolStreak": true, "regexMatch": true, "domain": true,
+	"toolStreak": true, "regexMatch": true, "regexFind": true, "domain": true,
 }
 
 // envPatcher inserts `$env` as the first argument of calls to envHelpers and routes the
@@ -38,13 +38,16 @@ type patchError struct {
 
 func (p *envPatcher) Visit(node *ast.Node) {
 	switch n := (*node).(type) {
+	case *ast.PredicateNode:
+		tickPredicate(n)
 	case *ast.CallNode:
 		id, ok := n.Callee.(*ast.IdentifierNode)
 		if !ok {
 			return
 		}
 		p.checkConstant(id.Value, n)
-		if !envHelpers[id.Value] {
+		// The builtins that count their work take the Env too (see budgetedBuiltins).
+		if !envHelpers[id.Value] && budgetedBuiltins[id.Value] == nil {
 			return
 		}
 		if len(n.Arguments) > 0 {
@@ -55,6 +58,13 @@ func (p *envPatcher) Visit(node *ast.Node) {
 		args := append([]ast.Node{&ast.IdentifierNode{Value: "$env"}}, n.Arguments...)
 		ast.Patch(node, &ast.CallNode{Callee: n.Callee, Arguments: args})
 	case *ast.BinaryNode:
+		if n.Operator == "+" && mayBeString(n.Left) && mayBeString(n.Right) {
+			ast.Patch(node, &ast.CallNode{
+				Callee:    &ast.IdentifierNode{Value: addFunc},
+				Arguments: []ast.Node{&ast.IdentifierNode{Value: "$env"}, n.Left, n.Right},
+			})
+			return
+		}
 		if n.Operator != "matches" {
 			return
 		}
@@ -209,6 +219,8 @@ type evalState struct {
 	has []hasEntry
 	// folded is the text the regexp prefilters last lower-cased.
 	folded folded
+	// budget bounds the rule being evaluated.
+	budget budget
 	// shard is the counter shard this state counts in; evaluations counts its own
 	// evaluations, to pick the timed ones; mask is the candidate rules' buffer. They
 	// outlive reset.
@@ -243,6 +255,7 @@ func (st *evalState) reset() {
 	st.sess = nil
 	st.has = st.has[:0]
 	st.folded = folded{}
+	st.budget = budget{}
 }
 
 // envOf returns the evaluation's Env passed as a helper's hidden first argument.
@@ -374,7 +387,13 @@ func countIn(c *regexCache, m map[string]int, name string) (int, error) {
 
 func sessionTextOf(e *Env, s Session) string {
 	join := func() string {
+		n := 0
+		for _, h := range s.Steps {
+			n += len(h.Text) + 1
+		}
+		_ = spend(e, n, n) // an overrun shows at the next check
 		var b strings.Builder
+		b.Grow(n)
 		for i, h := range s.Steps {
 			if i > 0 {
 				b.WriteByte('\n')
@@ -482,7 +501,13 @@ func helperOptions(c *regexCache) []expr.Option {
 		return expr.Function(name, func(p ...any) (any, error) {
 			e := envOf(p[0])
 			s := str(p[1])
-			return memo(e, name, s, func(s string) []string { return project(s, find(e, s)) }), nil
+			if err := spend(e, 0, 0); err != nil {
+				return nil, err
+			}
+			return memo(e, name, s, func(s string) []string {
+				_ = spend(e, len(s), 0) // an overrun shows at the next check: the work is done
+				return project(s, find(e, s))
+			}), nil
 		}, new(func(Env, string) []string))
 	}
 	kindsOf := func(order []string) func(string, []span) []string {
@@ -507,7 +532,7 @@ func helperOptions(c *regexCache) []expr.Option {
 		}, new(func(Env, Session, string) int))
 	}
 
-	return []expr.Option{
+	return append(budgetOptions(),
 		spanFn("pii", piiSpans, spanStrings),
 		spanFn("piiKinds", piiSpans, kindsOf(piiKindOrder)),
 		spanFn("emails", piiSpans, onlyKind(PIIEmail)),
@@ -521,19 +546,27 @@ func helperOptions(c *regexCache) []expr.Option {
 			return c.glob(str(p[0]), str(p[1]))
 		}, new(func(string, string) bool)),
 		expr.Function("regexMatch", func(p ...any) (any, error) {
-			return c.match(envOf(p[0]), str(p[2]), str(p[1]))
+			e, s := envOf(p[0]), str(p[1])
+			if err := spend(e, len(s), 0); err != nil {
+				return false, err
+			}
+			return c.match(e, str(p[2]), s)
 		}, new(func(Env, string, string) bool)),
 		expr.Function("regexFind", func(p ...any) (any, error) {
-			re, err := c.get(str(p[1]))
+			s := str(p[1])
+			if err := spend(envOf(p[0]), len(s), 0); err != nil {
+				return nil, err
+			}
+			re, err := c.get(str(p[2]))
 			if err != nil {
 				return nil, err
 			}
-			out := re.FindAllString(str(p[0]), 100)
+			out := re.FindAllString(s, 100)
 			if out == nil {
 				out = []string{}
 			}
 			return out, nil
-		}, new(func(string, string) []string)),
+		}, new(func(Env, string, string) []string)),
 		expr.Function("icontains", func(p ...any) (any, error) {
 			return strings.Contains(strings.ToLower(str(p[0])), strings.ToLower(str(p[1]))), nil
 		}, new(func(string, string) bool)),
@@ -613,7 +646,11 @@ func helperOptions(c *regexCache) []expr.Option {
 			return "", nil
 		}, new(func(Session) string)),
 		expr.Function("sessionText", func(p ...any) (any, error) {
-			return sessionTextOf(envOf(p[0]), session(p[1])), nil
+			e := envOf(p[0])
+			if err := spend(e, 0, 0); err != nil {
+				return nil, err
+			}
+			return sessionTextOf(e, session(p[1])), nil
 		}, new(func(Env, Session) string)),
 		expr.Function("sessionHas", func(p ...any) (any, error) {
 			e := envOf(p[0])
@@ -637,5 +674,5 @@ func helperOptions(c *regexCache) []expr.Option {
 		}, new(func(Env, Session, string, string) bool)),
 		// The clock is the Env's `now`, so evaluation is repeatable in tests and backtests.
 		expr.DisableBuiltin("now"),
-	}
+	)
 }

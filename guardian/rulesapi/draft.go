@@ -34,6 +34,54 @@ func (s *Service) compileDraft(ctx context.Context, draft []rules.Rule) (*rules.
 	return p, nil
 }
 
+// admit takes a turn in sem for a test or backtest, waiting at most DraftQueueWait; the
+// caller calls release when done.
+func (s *Service) admit(ctx context.Context, sem chan struct{}, what string) (release func(), err error) {
+	release = func() { <-sem }
+	select {
+	case sem <- struct{}{}:
+		return release, nil
+	default:
+	}
+	wait := time.NewTimer(s.opts.DraftQueueWait)
+	defer wait.Stop()
+	select {
+	case sem <- struct{}{}:
+		return release, nil
+	case <-wait.C:
+		return nil, fmt.Errorf("%d %s already running; try again shortly: %w", cap(sem), what, ErrBusy)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// draftRun admits a test or backtest and bounds it by DraftTimeout. The returned context
+// ends when the client leaves or the time is up; done releases the turn.
+func (s *Service) draftRun(ctx context.Context, backtest bool) (context.Context, func(), error) {
+	release, err := s.admit(ctx, s.drafts, "rule tests or backtests are")
+	if err != nil {
+		return nil, nil, err
+	}
+	if backtest {
+		releaseBacktest, err := s.admit(ctx, s.backtests, "backtest is")
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		release = func() { releaseBacktest(); <-s.drafts }
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.opts.DraftTimeout, ErrTimeout)
+	return ctx, func() { cancel(); release() }, nil
+}
+
+// draftErr names the time limit when it is why ctx ended.
+func (s *Service) draftErr(ctx context.Context, what string, err error) error {
+	if errors.Is(context.Cause(ctx), ErrTimeout) {
+		return fmt.Errorf("the %s did not finish within %s: %w", what, s.opts.DraftTimeout, ErrTimeout)
+	}
+	return err
+}
+
 // TestRequest is the body of POST /api/rules/test: draft rules (absent: the stored ones)
 // against either a step given as method and params, or a stored step by seq.
 type TestRequest struct {
@@ -72,6 +120,11 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 	if err != nil {
 		return TestResult{}, err
 	}
+	ctx, done, err := s.draftRun(ctx, false)
+	if err != nil {
+		return TestResult{}, err
+	}
+	defer done()
 	var (
 		env    *rules.Env
 		method string
@@ -113,7 +166,10 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 	}
 
 	start := time.Now()
-	v := prog.Evaluate(env)
+	v, err := prog.EvaluateContext(ctx, env)
+	if err != nil {
+		return TestResult{}, s.draftErr(ctx, "rule test", err)
+	}
 	out := TestResult{
 		Decision: v.Action, RuleID: v.RuleID, Message: v.Message, Reasoning: v.Reasoning,
 		ReasonCode: v.ReasonCodes, Matches: v.Matches, Modify: v.Modify, Hold: v.Hold,
@@ -237,12 +293,11 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 	if err != nil {
 		return BacktestResult{}, err
 	}
-	select {
-	case s.backtests <- struct{}{}:
-		defer func() { <-s.backtests }()
-	case <-ctx.Done():
-		return BacktestResult{}, ctx.Err()
+	ctx, done, err := s.draftRun(ctx, true)
+	if err != nil {
+		return BacktestResult{}, err
 	}
+	defer done()
 	steps, err := s.store.StepsBefore(ctx, req.Before, limit)
 	if err != nil {
 		return BacktestResult{}, err
@@ -254,11 +309,9 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 	}
 	history := map[string][]storage.StepRecord{}
 	var evalTime time.Duration
-	for i, rec := range steps {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return BacktestResult{}, err
-			}
+	for _, rec := range steps {
+		if err := ctx.Err(); err != nil {
+			return BacktestResult{}, s.draftErr(ctx, "backtest", err)
 		}
 		hist := history[rec.SessionID]
 		if len(hist) > s.opts.HistorySize {
@@ -271,7 +324,10 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 			continue
 		}
 		start := time.Now()
-		v := prog.Evaluate(env)
+		v, err := prog.EvaluateContext(ctx, env)
+		if err != nil {
+			return BacktestResult{}, s.draftErr(ctx, "backtest", err)
+		}
 		evalTime += time.Since(start)
 		res.Evaluated++
 		after := string(v.Action)

@@ -1,6 +1,7 @@
 package rulesapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -365,6 +366,15 @@ func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &tooBig):
 		apijson.Write(w, http.StatusRequestEntityTooLarge, apiError{errorBody{Code: "too_large",
 			Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}})
+	case errors.Is(err, ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		apijson.Write(w, http.StatusTooManyRequests, apiError{errorBody{Code: "busy", Message: strings.TrimSuffix(err.Error(), ": "+ErrBusy.Error())}})
+	case errors.Is(err, ErrTimeout):
+		apijson.Write(w, http.StatusServiceUnavailable, apiError{errorBody{Code: "timeout", Message: strings.TrimSuffix(err.Error(), ": "+ErrTimeout.Error())}})
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client left; nobody reads the answer.
+		s.log.Debug("rules API request cancelled by its client", "method", r.Method, "path", r.URL.Path)
+		apijson.Write(w, http.StatusServiceUnavailable, apiError{errorBody{Code: "cancelled", Message: "the request was cancelled"}})
 	case errors.Is(err, ErrBadRequest):
 		msg := strings.TrimSuffix(err.Error(), ": "+ErrBadRequest.Error())
 		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{Code: "invalid_request", Message: msg}})

@@ -79,7 +79,22 @@ type Options struct {
 	Logger      *slog.Logger
 	// Now is the clock for UpdatedAt and expiry (default time.Now).
 	Now func() time.Time
+	// MaxDraftRuns is how many rule tests and backtests may run at once (default 2; at
+	// most one of them a backtest). A further one waits up to DraftQueueWait (default 1s)
+	// for a turn, then is refused with ErrBusy (HTTP 429).
+	MaxDraftRuns   int
+	DraftQueueWait time.Duration
+	// DraftTimeout bounds one rule test or backtest (default 30s); past it the request
+	// fails with ErrTimeout. Each rule is also bounded by the engine's Budget.
+	DraftTimeout time.Duration
 }
+
+// Defaults of the draft run limits.
+const (
+	DefaultMaxDraftRuns   = 2
+	DefaultDraftQueueWait = time.Second
+	DefaultDraftTimeout   = 30 * time.Second
+)
 
 // engine is the part of *rules.Engine the service uses; tests substitute a failing Load.
 type engine interface {
@@ -99,8 +114,9 @@ type Service struct {
 
 	// mu serialises changes: read the set, compile, write, load.
 	mu sync.Mutex
-	// backtests admits one backtest at a time: each can replay 10000 steps.
-	backtests chan struct{}
+	// drafts admits MaxDraftRuns tests and backtests at a time, backtests one backtest:
+	// each can replay 10000 steps.
+	drafts, backtests chan struct{}
 
 	// fileMu guards fileIDs: the ids of the rules the configured rules file held when it
 	// was last read. The next start or reload writes them over console edits, which the
@@ -113,6 +129,10 @@ type Service struct {
 var (
 	ErrConflict   = errors.New("conflict")
 	ErrBadRequest = errors.New("bad request")
+	// ErrBusy: too many rule tests and backtests are running (HTTP 429).
+	ErrBusy = errors.New("busy")
+	// ErrTimeout: a rule test or backtest ran past DraftTimeout.
+	ErrTimeout = errors.New("time limit reached")
 )
 
 // InvalidRulesError is returned when a change would leave rules that do not compile.
@@ -148,8 +168,17 @@ var reservedIDs = []string{"validate", "test", "backtest", "import", "export", "
 
 // New builds the service. Call Start before serving.
 func New(opts Options) *Service {
+	if opts.MaxDraftRuns <= 0 {
+		opts.MaxDraftRuns = DefaultMaxDraftRuns
+	}
+	if opts.DraftQueueWait <= 0 {
+		opts.DraftQueueWait = DefaultDraftQueueWait
+	}
+	if opts.DraftTimeout <= 0 {
+		opts.DraftTimeout = DefaultDraftTimeout
+	}
 	s := &Service{opts: opts, store: opts.Store, live: opts.Engine, log: opts.Logger, now: opts.Now,
-		backtests: make(chan struct{}, 1)}
+		drafts: make(chan struct{}, opts.MaxDraftRuns), backtests: make(chan struct{}, 1)}
 	if s.live == nil {
 		s.live = rules.NewEngine(opts.EngineOptions)
 	}

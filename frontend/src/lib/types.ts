@@ -85,6 +85,9 @@ export interface RuleStats {
   matches: number;
   errors: number;
   avgMicros: number;
+  /** The most recent run-time error, e.g. "evaluation budget exceeded (ran longer than 100ms) (1:19)". */
+  lastError?: string;
+  lastErrorAt?: string;
 }
 
 export type RuleAction = 'allow' | 'deny' | 'modify' | 'hold';
