@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/guardian/holds"
@@ -22,6 +23,7 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 	mux.HandleFunc("GET /api/sessions", g.handleSessions)
 	mux.HandleFunc("GET /api/sessions/{id}", g.handleSession)
 	mux.HandleFunc("GET /api/sessions/{id}/steps", g.handleSessionSteps)
+	mux.HandleFunc("GET /api/search", g.handleSearch)
 	mux.HandleFunc("GET /api/steps/{seq}", g.handleStep)
 	mux.HandleFunc("GET /api/stats", g.handleStats)
 	for _, m := range mount {
@@ -190,6 +192,48 @@ func (g *Guardian) Stats(ctx context.Context) (storage.Stats, error) {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	return st, nil
+}
+
+// handleSearch is GET /api/search?q=&session=&agent=&user=&tool=&decision=&rule=&from=&to=
+// &before=&limit=: steps by content, newest first (see storage.SearchQuery).
+func (g *Guardian) handleSearch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := intParam(w, q.Get("limit"), "limit", 50, 1, 200)
+	if !ok {
+		return
+	}
+	before, ok := intParam(w, q.Get("before"), "before", 0, 0, 1<<62)
+	if !ok {
+		return
+	}
+	sq := storage.SearchQuery{Text: q.Get("q"), Session: q.Get("session"), Agent: q.Get("agent"),
+		User: q.Get("user"), Tool: q.Get("tool"), Decision: q.Get("decision"), Rule: q.Get("rule"),
+		Before: int64(before), Limit: limit}
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &sq.From}, {"to", &sq.To}} {
+		if v := q.Get(t.name); v != "" {
+			at, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				apijson.Error(w, http.StatusBadRequest, "invalid_argument", t.name+": want a time such as 2025-06-01T12:00:00Z")
+				return
+			}
+			*t.dst = at
+		}
+	}
+	start := time.Now()
+	page, err := g.store.Search(r.Context(), sq)
+	if errors.Is(err, storage.ErrBadQuery) {
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", strings.TrimPrefix(err.Error(), storage.ErrBadQuery.Error()+": "))
+		return
+	}
+	if err != nil {
+		g.storeError(w, err)
+		return
+	}
+	w.Header().Set("Server-Timing", fmt.Sprintf("search;dur=%.1f", float64(time.Since(start).Microseconds())/1000))
+	apijson.Write(w, http.StatusOK, page)
 }
 
 func (g *Guardian) storeError(w http.ResponseWriter, err error) {

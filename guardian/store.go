@@ -25,6 +25,8 @@ type Store interface {
 	RecentSteps(ctx context.Context, sessionID string, limit int) ([]storage.StepRecord, error)
 	// EventsAfter returns events with seq > after in seq order, at most limit.
 	EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error)
+	// Search finds steps by content and attributes, newest first.
+	Search(ctx context.Context, q storage.SearchQuery) (storage.SearchPage, error)
 	// Stats summarises recent traffic for GET /api/stats and the live stats ticks.
 	Stats(ctx context.Context, now time.Time) (storage.Stats, error)
 	Close() error

@@ -42,6 +42,9 @@ type Options struct {
 	QueueSize int
 	// Logger receives failures the writer cannot return to a caller (default slog.Default()).
 	Logger *slog.Logger
+	// ManualIndex turns the background search indexer off: steps are searchable only after
+	// IndexBatch or IndexComplete (tests that need to see the lag).
+	ManualIndex bool
 	// IngestDelay is the longest a saved step waits in the step journal before it is copied
 	// into the tables, unless a query or another write needs it sooner (default 100ms).
 	IngestDelay time.Duration
@@ -145,6 +148,9 @@ type DB struct {
 	fileLogAt atomic.Int64 // unix nanoseconds of the last log of a lost file
 	stopWatch chan struct{}
 	watchDone chan struct{}
+	// stopIndex ends the search indexer (indexSteps); indexDone closes when it has.
+	stopIndex chan struct{}
+	indexDone chan struct{}
 }
 
 // WriterStats counts the writer's work since Open.
@@ -244,6 +250,13 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	}()
 	go db.writer()
 	go db.checkpointer()
+	db.stopIndex, db.indexDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(db.indexDone)
+		if !opts.ManualIndex {
+			db.indexSteps(db.stopIndex)
+		}
+	}()
 	return db, nil
 }
 
@@ -377,6 +390,9 @@ func (db *DB) Reader() *sql.DB { return db.r }
 // more than once; later calls return the first call's result.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
+		// The indexer writes through the writer: it stops first.
+		close(db.stopIndex)
+		<-db.indexDone
 		db.mu.Lock()
 		db.closed = true
 		db.mu.Unlock()

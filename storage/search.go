@@ -1,0 +1,292 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// SearchQuery finds steps by content and attributes. Every set field must match.
+type SearchQuery struct {
+	// Text is free text: words match words of the step (case and accents folded, the last
+	// word also as a prefix, so results follow typing); "quoted words" match as a phrase.
+	// It looks in the text, tool, session, agent, user, decision and matched rules.
+	Text string
+	// Session, Agent and User match ids from their start ("sess-4" finds "sess-42").
+	Session, Agent, User string
+	// Tool and Decision match exactly; Decision "held" matches every held step.
+	Tool, Decision string
+	// Rule matches a matched rule's id or reason code.
+	Rule string
+	// From and To bound the received time (To excluded); zero leaves that side open.
+	From, To time.Time
+	// Before keeps steps with a seq below it (the cursor of the previous page); 0: newest.
+	Before int64
+	// Limit is clamped to 1..200 (default 50).
+	Limit int
+}
+
+// SearchHit is one step found: its summary, without request and response.
+type SearchHit struct {
+	Seq        int64     `json:"seq"`
+	SessionID  string    `json:"sessionId"`
+	TurnID     string    `json:"turnId"`
+	StepID     string    `json:"stepId"`
+	Method     string    `json:"method"`
+	Kind       string    `json:"kind"`
+	AgentID    string    `json:"agentId"`
+	AgentName  string    `json:"agentName"`
+	UserID     string    `json:"userId"`
+	Tool       string    `json:"tool"`
+	Decision   string    `json:"decision"`
+	Held       bool      `json:"held"`
+	ReceivedAt time.Time `json:"receivedAt"`
+	// Snippet is the part of the step's text around the first word of the query (or its
+	// start), at most snippetBytes.
+	Snippet string `json:"snippet"`
+}
+
+// SearchPage is one page of hits, newest first; Next is the Before of the following page,
+// nil after the last.
+type SearchPage struct {
+	Steps []SearchHit `json:"steps"`
+	Next  *int64      `json:"next"`
+	// IndexLag counts the newest stored steps not indexed yet, which only an empty query
+	// (every step, newest first) finds: the index trails the steps by about a second, more
+	// under heavy load.
+	IndexLag int64 `json:"indexLag"`
+}
+
+// ErrBadQuery is returned for a search the index cannot answer as asked.
+var ErrBadQuery = errors.New("storage: bad search query")
+
+const (
+	// MaxSearchBytes bounds the text and each filter of a search.
+	MaxSearchBytes = 1024
+	maxSearchTerms = 32
+	snippetBytes   = 240
+)
+
+// Search finds steps, newest first. Text and the id, tool, decision and rule filters are
+// answered by the full-text index (ordered by seq, so a page costs the same however many
+// steps match); the time range by the steps' received_at.
+func (db *DB) Search(ctx context.Context, q SearchQuery) (SearchPage, error) {
+	match, terms, err := q.match()
+	if err != nil {
+		return SearchPage{}, err
+	}
+	limit := clamp(q.Limit, 50, 200)
+	if err := db.Flush(ctx); err != nil {
+		return SearchPage{}, fmt.Errorf("storage: search: %w", err)
+	}
+	var (
+		where []string
+		args  []any
+		from  = "steps AS s"
+	)
+	if match != "" {
+		from = "step_search AS f JOIN steps AS s ON s.seq = f.rowid"
+		where = append(where, "step_search MATCH ?")
+		args = append(args, match)
+	}
+	seqCol := "s.seq"
+	if match != "" {
+		seqCol = "f.rowid" // the index yields rowids in order; sorting by it costs nothing
+	}
+	if q.Before > 0 {
+		where = append(where, seqCol+" < ?")
+		args = append(args, q.Before)
+	}
+	// The index matched words; these make the exact filters exact.
+	if q.Tool != "" {
+		where = append(where, "s.tool = ?")
+		args = append(args, q.Tool)
+	}
+	switch q.Decision {
+	case "":
+	case "held":
+		where = append(where, "s.held")
+	default:
+		where = append(where, "s.decision = ?")
+		args = append(args, q.Decision)
+	}
+	if !q.From.IsZero() {
+		where = append(where, "s.received_at >= ?")
+		args = append(args, q.From.UnixNano())
+	}
+	if !q.To.IsZero() {
+		where = append(where, "s.received_at < ?")
+		args = append(args, q.To.UnixNano())
+	}
+	query := `SELECT s.seq, s.session_id, s.turn_id, s.step_id, s.method, s.kind, s.agent_id,
+		s.agent_name, s.user_id, s.tool, s.decision, s.held, s.received_at, substr(s.text, 1, 65536)
+		FROM ` + from
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY " + seqCol + " DESC LIMIT ?"
+	args = append(args, limit+1)
+	rows, err := db.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return SearchPage{}, fmt.Errorf("storage: search: %w", err)
+	}
+	defer rows.Close()
+	page := SearchPage{Steps: []SearchHit{}}
+	for rows.Next() {
+		var (
+			h    SearchHit
+			at   int64
+			text string
+		)
+		if err := rows.Scan(&h.Seq, &h.SessionID, &h.TurnID, &h.StepID, &h.Method, &h.Kind, &h.AgentID,
+			&h.AgentName, &h.UserID, &h.Tool, &h.Decision, &h.Held, &at, &text); err != nil {
+			return SearchPage{}, fmt.Errorf("storage: search: %w", err)
+		}
+		if len(page.Steps) == limit {
+			next := page.Steps[limit-1].Seq
+			page.Next = &next
+			break
+		}
+		h.ReceivedAt = time.Unix(0, at).UTC()
+		h.Snippet = snippet(text, terms)
+		page.Steps = append(page.Steps, h)
+	}
+	if err := rows.Err(); err != nil {
+		return SearchPage{}, fmt.Errorf("storage: search: %w", err)
+	}
+	if page.IndexLag, err = indexLag(ctx, db.r); err != nil {
+		return SearchPage{}, fmt.Errorf("storage: search: %w", err)
+	}
+	return page, nil
+}
+
+// match builds the FTS5 query of q and returns the plain words of its text, for snippets.
+// Every word becomes a quoted phrase, so nothing a user types is FTS5 syntax.
+func (q SearchQuery) match() (string, []string, error) {
+	for _, f := range []struct{ name, v string }{
+		{"q", q.Text}, {"session", q.Session}, {"agent", q.Agent}, {"user", q.User},
+		{"tool", q.Tool}, {"decision", q.Decision}, {"rule", q.Rule},
+	} {
+		if len(f.v) > MaxSearchBytes {
+			return "", nil, fmt.Errorf("%w: %s: at most %d bytes", ErrBadQuery, f.name, MaxSearchBytes)
+		}
+		if !utf8.ValidString(f.v) {
+			return "", nil, fmt.Errorf("%w: %s: not valid UTF-8", ErrBadQuery, f.name)
+		}
+	}
+	var parts, words []string
+	phrases := splitQuery(q.Text)
+	if len(phrases) > maxSearchTerms {
+		return "", nil, fmt.Errorf("%w: q: at most %d words", ErrBadQuery, maxSearchTerms)
+	}
+	for i, p := range phrases {
+		term := quote(p.text)
+		if term == "" {
+			continue
+		}
+		if !p.quoted && i == len(phrases)-1 {
+			term += "*"
+		}
+		parts = append(parts, term)
+		words = append(words, p.text)
+	}
+	prefix := func(col, v string) {
+		if t := quote(v); t != "" {
+			parts = append(parts, col+" : "+t+"*")
+		}
+	}
+	exact := func(col, v string) {
+		if t := quote(v); t != "" {
+			parts = append(parts, col+" : "+t)
+		}
+	}
+	prefix("session", q.Session)
+	prefix("agent", q.Agent)
+	prefix("user", q.User)
+	exact("tool", q.Tool)
+	exact("decision", q.Decision)
+	exact("rules", q.Rule)
+	return strings.Join(parts, " AND "), words, nil
+}
+
+type phrase struct {
+	text   string
+	quoted bool
+}
+
+// splitQuery splits free text into words and "quoted phrases".
+func splitQuery(s string) []phrase {
+	var out []phrase
+	for {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+		if s == "" {
+			return out
+		}
+		if s[0] == '"' {
+			end := strings.IndexByte(s[1:], '"')
+			if end < 0 {
+				out = append(out, phrase{text: s[1:], quoted: true})
+				return out
+			}
+			out = append(out, phrase{text: s[1 : 1+end], quoted: true})
+			s = s[end+2:]
+			continue
+		}
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		out = append(out, phrase{text: s[:end]})
+		s = s[end:]
+	}
+}
+
+// quote makes s one FTS5 phrase: its words (letters and digits, as the index's tokenizer
+// splits them) in double quotes. It returns "" when s has no word at all.
+func quote(s string) string {
+	words := strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
+	if len(words) == 0 {
+		return ""
+	}
+	return `"` + strings.Join(words, " ") + `"`
+}
+
+// snippet cuts text around the first occurrence of one of words (case-insensitive).
+func snippet(text string, words []string) string {
+	at := -1
+	lower := strings.ToLower(text)
+	for _, w := range words {
+		w = strings.ToLower(strings.TrimSpace(w))
+		if w == "" {
+			continue
+		}
+		if i := strings.Index(lower, w); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	start := 0
+	if at > snippetBytes/3 {
+		// at indexes the lower-cased text, whose length may differ outside ASCII.
+		start = min(at-snippetBytes/3, len(text))
+	}
+	end := min(len(text), start+snippetBytes)
+	// Whole runes only: lower-casing keeps ASCII offsets; for the rest, cut at rune starts.
+	for start > 0 && start < len(text) && !utf8.RuneStart(text[start]) {
+		start--
+	}
+	for end < len(text) && !utf8.RuneStart(text[end]) {
+		end--
+	}
+	out := strings.Join(strings.Fields(text[start:end]), " ")
+	if start > 0 {
+		out = "…" + out
+	}
+	if end < len(text) {
+		out += "…"
+	}
+	return out
+}
