@@ -235,7 +235,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.closers = append(s.closers, func() { s.cancel(); <-retDone })
 	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{
-		Handler:           az.Wrap(g.Handler()),
+		Handler:           guardian.SecurityHeaders(az.Wrap(g.Handler())),
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
