@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -134,7 +135,7 @@ func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := intParam(w, q.Get("limit"), "limit", 50, 1, 500)
+	limit, ok := limitParam(w, q.Get("limit"), 50)
 	if !ok {
 		return
 	}
@@ -143,10 +144,19 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	if page.Sessions == nil {
-		page.Sessions = []storage.Session{}
+	fit, full, err := apijson.Fit(page.Sessions, g.cfg.MaxPageBytes)
+	if err != nil {
+		g.storeError(w, err)
+		return
 	}
-	apijson.Write(w, http.StatusOK, page)
+	next := page.Next
+	if !full {
+		next = storage.SessionCursor(page.Sessions[len(fit)-1])
+	}
+	apijson.Write(w, http.StatusOK, struct {
+		Sessions []json.RawMessage `json:"sessions"`
+		Next     string            `json:"next,omitempty"`
+	}{fit, next})
 }
 
 func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
@@ -159,13 +169,13 @@ func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
 }
 
 type stepsPage struct {
-	Steps []storage.StepRecord `json:"steps"`
-	Next  *int64               `json:"next"`
+	Steps []json.RawMessage `json:"steps"`
+	Next  *int64            `json:"next"`
 }
 
 func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := intParam(w, q.Get("limit"), "limit", 200, 1, 1000)
+	limit, ok := limitParam(w, q.Get("limit"), 200)
 	if !ok {
 		return
 	}
@@ -183,12 +193,14 @@ func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	page := stepsPage{Steps: steps}
-	if page.Steps == nil {
-		page.Steps = []storage.StepRecord{}
+	fit, full, err := apijson.Fit(steps, g.cfg.MaxPageBytes)
+	if err != nil {
+		g.storeError(w, err)
+		return
 	}
-	if len(steps) == limit {
-		next := steps[len(steps)-1].Seq
+	page := stepsPage{Steps: fit}
+	if !full || len(steps) == limit {
+		next := steps[len(fit)-1].Seq
 		page.Next = &next
 	}
 	apijson.Write(w, http.StatusOK, page)
@@ -237,6 +249,20 @@ func (g *Guardian) storeError(w http.ResponseWriter, err error) {
 	}
 	g.log.Error("api: store", "err", err)
 	apijson.Error(w, http.StatusInternalServerError, "internal", "internal error")
+}
+
+// limitParam reads a list's limit: def when absent, at most apijson.MaxPageItems (a larger
+// one is lowered, and the answer's cursor leads on), and a 400 when not a positive integer.
+func limitParam(w http.ResponseWriter, raw string, def int) (int, bool) {
+	if raw == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", "limit: must be a positive integer")
+		return 0, false
+	}
+	return min(n, apijson.MaxPageItems), true
 }
 
 // intParam parses an optional integer query parameter within [lo, hi]; it writes a 400
