@@ -270,7 +270,9 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 		v.Message = "Held for review, but no reviewer queue is configured; denied."
 		return v, ""
 	}
+	done := LongWait(ctx)
 	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
+	done()
 	if err != nil {
 		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
 		v.Decision = string(aos.Deny)
