@@ -175,3 +175,26 @@ func TestAutoMaxConns(t *testing.T) {
 	require.Equal(t, 16, autoMaxConns(10))
 	require.Equal(t, maxConnsCap, autoMaxConns(1<<20))
 }
+
+// TestHardeningFlags: the new flags' defaults, and their VIGIL_* variables.
+func TestHardeningFlags(t *testing.T) {
+	cfg, err := parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, cfg.ReadTimeout)
+	require.Equal(t, time.Minute, cfg.WriteTimeout)
+	require.Equal(t, time.Minute, cfg.IdleTimeout)
+	require.Equal(t, 64, cfg.MaxConnsPerIP)
+	require.Zero(t, cfg.MaxConns)
+	require.Empty(t, cfg.TrustedProxies)
+
+	t.Setenv("VIGIL_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.7")
+	t.Setenv("VIGIL_IDLE_TIMEOUT", "5s")
+	cfg, err = parseConfig("serve", []string{"--max-conns-per-ip", "8"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")}, cfg.TrustedProxies)
+	require.Equal(t, 5*time.Second, cfg.IdleTimeout)
+	require.Equal(t, 8, cfg.MaxConnsPerIP)
+
+	_, err = parseConfig("serve", []string{"--trusted-proxies", "proxy.example"}, io.Discard)
+	require.ErrorContains(t, err, "trusted-proxies")
+}
