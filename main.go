@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/auth"
 )
 
 //go:embed all:frontend/dist
@@ -56,6 +59,14 @@ type Config struct {
 	RetainInterval time.Duration
 	// PublicURL is the address operators reach the console at through a reverse proxy.
 	PublicURL string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client.
+	TrustedProxies []netip.Prefix
+	// HTTP timeouts (0: none) and connection bounds (MaxConns 0: from the open-file limit).
+	ReadTimeout   time.Duration
+	WriteTimeout  time.Duration
+	IdleTimeout   time.Duration
+	MaxConnsPerIP int
+	MaxConns      int
 }
 
 func main() {
@@ -141,6 +152,16 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.Var((*byteSize)(&cfg.RetainSize), "retain-size", "keep the database's used size under this (e.g. 2GB) by deleting the oldest steps; 0 sets no bound")
 	fset.DurationVar(&cfg.RetainInterval, "retain-interval", 5*time.Minute, "time between retention passes")
 	fset.StringVar(&cfg.PublicURL, "public-url", "", "the console's public address behind a reverse proxy (accepted as origin and host)")
+	fset.Func("trusted-proxies", "reverse proxies (CIDR or address, comma-separated) whose X-Forwarded-For names the client", func(v string) error {
+		p, err := auth.ParseTrustedProxies(v)
+		cfg.TrustedProxies = p
+		return err
+	})
+	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included")
+	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top)")
+	fset.DurationVar(&cfg.IdleTimeout, "idle-timeout", time.Minute, "close a keep-alive connection idle this long")
+	fset.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 64, "most connections held from one client address (loopback and trusted proxies exempt); 0 = unlimited")
+	fset.IntVar(&cfg.MaxConns, "max-conns", 0, "most connections held in all (0: three quarters of the open-file limit, at most 10000)")
 	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	neturl "net/url"
 	"slices"
 	"strings"
@@ -76,6 +77,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		AgentBurst:     cfg.AgentBurst,
 		SecureCookies:  cfg.SecureCookies,
 		AllowedOrigins: origins,
+		TrustedProxies: cfg.TrustedProxies,
 	}, auth.Options{Store: db, Logger: log, Publish: func(ev storage.Event) { hub.Publish(ev) }})
 	if err != nil {
 		_ = db.Close()
@@ -103,11 +105,15 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	tcp, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	maxConns := cmp.Or(cfg.MaxConns, autoMaxConns(openFileLimit()))
+	ln := newConnLimiter(tcp, cfg.MaxConnsPerIP, maxConns, func(ip netip.Addr) bool {
+		return ip.IsLoopback() || az.TrustedProxy(ip)
+	}, log)
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
@@ -240,9 +246,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.closers = append(s.closers, func() { s.cancel(); <-retDone })
 	go publishStats(runCtx, g, hub, log)
 	s.http = &http.Server{
-		Handler:           az.Wrap(g.Handler()),
+		Handler:           guardian.SecurityHeaders(guardian.WithLongWaits(az.Wrap(g.Handler()), cfg.WriteTimeout)),
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	go func() {

@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -33,7 +34,7 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 		apijson.Error(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	mux.Handle("/", uiHandler(ui))
-	return g.hostCheck(securityHeaders(mux))
+	return SecurityHeaders(g.hostCheck(mux))
 }
 
 // hostCheck refuses requests whose Host header is not one of Config.AllowedHosts. A guardian
@@ -62,14 +63,56 @@ func (g *Guardian) hostCheck(next http.Handler) http.Handler {
 	})
 }
 
-// securityHeaders sets headers every response should carry.
-func securityHeaders(next http.Handler) http.Handler {
+// consoleCSP is the console page's policy. Scripts come only from the console's own files
+// (the build emits no inline script); styles also allow inline ones, because Svelte writes
+// style attributes for computed sizes and CodeMirror injects its theme as a <style> element
+// (inline styles cannot run code; scripts stay strict). frame-ancestors keeps every other
+// page from framing the console and tricking an operator into clicking (clickjacking).
+const consoleCSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; " +
+	"img-src 'self' data:; font-src 'self'; connect-src 'self'%s; object-src 'none'; " +
+	"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// apiCSP is the policy of everything that is not the console page: data, never rendered.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'"
+
+// hstsMaxAge is a year: browsers that once reached the guardian over TLS keep doing so.
+const hstsMaxAge = "max-age=31536000"
+
+// SecurityHeaders sets headers every response should carry: Handler applies it, and a
+// server that wraps Handler in more middleware (authentication) applies it outermost too, so
+// that their refusals carry the headers as well.
+func SecurityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
+		// The older header for browsers without frame-ancestors.
+		h.Set("X-Frame-Options", "DENY")
+		if p := r.URL.Path; p == "/aos" || strings.HasPrefix(p, "/api/") || p == "/metrics" {
+			h.Set("Content-Security-Policy", apiCSP)
+		} else {
+			h.Set("Content-Security-Policy", fmt.Sprintf(consoleCSP, liveSources(r.Host)))
+		}
+		if r.TLS != nil {
+			h.Set("Strict-Transport-Security", hstsMaxAge)
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// liveSources names the live websocket's own address in connect-src. CSP Level 3 lets
+// 'self' cover ws: and wss: on the page's host, but older WebKit (the desktop webview on
+// some systems) does not; a Host the policy could not quote safely adds nothing.
+func liveSources(host string) string {
+	if host == "" || len(host) > 255 {
+		return ""
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]", c)) {
+			return ""
+		}
+	}
+	return " ws://" + host + " wss://" + host
 }
 
 // Info is GET /api/info.
@@ -95,7 +138,7 @@ func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := intParam(w, q.Get("limit"), "limit", 50, 1, 500)
+	limit, ok := limitParam(w, q.Get("limit"), 50)
 	if !ok {
 		return
 	}
@@ -111,10 +154,19 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	if page.Sessions == nil {
-		page.Sessions = []storage.Session{}
+	fit, full, err := apijson.Fit(page.Sessions, g.cfg.MaxPageBytes)
+	if err != nil {
+		g.storeError(w, err)
+		return
 	}
-	apijson.Write(w, http.StatusOK, page)
+	next := page.Next
+	if !full {
+		next = storage.SessionCursor(page.Sessions[len(fit)-1])
+	}
+	apijson.Write(w, http.StatusOK, struct {
+		Sessions []json.RawMessage `json:"sessions"`
+		Next     string            `json:"next,omitempty"`
+	}{fit, next})
 }
 
 func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
@@ -127,13 +179,13 @@ func (g *Guardian) handleSession(w http.ResponseWriter, r *http.Request) {
 }
 
 type stepsPage struct {
-	Steps []storage.StepRecord `json:"steps"`
-	Next  *int64               `json:"next"`
+	Steps []json.RawMessage `json:"steps"`
+	Next  *int64            `json:"next"`
 }
 
 func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := intParam(w, q.Get("limit"), "limit", 200, 1, 1000)
+	limit, ok := limitParam(w, q.Get("limit"), 200)
 	if !ok {
 		return
 	}
@@ -151,12 +203,14 @@ func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	page := stepsPage{Steps: steps}
-	if page.Steps == nil {
-		page.Steps = []storage.StepRecord{}
+	fit, full, err := apijson.Fit(steps, g.cfg.MaxPageBytes)
+	if err != nil {
+		g.storeError(w, err)
+		return
 	}
-	if len(steps) == limit {
-		next := steps[len(steps)-1].Seq
+	page := stepsPage{Steps: fit}
+	if !full || len(steps) == limit {
+		next := steps[len(fit)-1].Seq
 		page.Next = &next
 	}
 	apijson.Write(w, http.StatusOK, page)
@@ -247,6 +301,20 @@ func (g *Guardian) storeError(w http.ResponseWriter, err error) {
 	}
 	g.log.Error("api: store", "err", err)
 	apijson.Error(w, http.StatusInternalServerError, "internal", "internal error")
+}
+
+// limitParam reads a list's limit: def when absent, at most apijson.MaxPageItems (a larger
+// one is lowered, and the answer's cursor leads on), and a 400 when not a positive integer.
+func limitParam(w http.ResponseWriter, raw string, def int) (int, bool) {
+	if raw == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", "limit: must be a positive integer")
+		return 0, false
+	}
+	return min(n, apijson.MaxPageItems), true
 }
 
 // intParam parses an optional integer query parameter within [lo, hi]; it writes a 400

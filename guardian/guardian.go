@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
@@ -38,6 +39,8 @@ type Config struct {
 	RulesFile string
 	// AllowedHosts, when set, are the only Host header names served (ports ignored).
 	AllowedHosts []string
+	// MaxPageBytes bounds one list answer of the console API (default apijson.MaxPageBytes).
+	MaxPageBytes int
 }
 
 func (c *Config) withDefaults() {
@@ -55,6 +58,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.MaxPageBytes <= 0 {
+		c.MaxPageBytes = apijson.MaxPageBytes
 	}
 }
 
@@ -264,7 +270,9 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 		v.Message = "Held for review, but no reviewer queue is configured; denied."
 		return v, ""
 	}
+	done := LongWait(ctx)
 	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
+	done()
 	if err != nil {
 		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
 		v.Decision = string(aos.Deny)

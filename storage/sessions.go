@@ -114,6 +114,10 @@ func scanSession(sc scanner) (Session, error) {
 	return s, nil
 }
 
+// SessionCursor is the cursor of the page that follows s, for a caller that ends a page
+// early (the console API ends one at its byte bound).
+func SessionCursor(s Session) string { return encodeCursor(s.LastSeen.UnixNano(), s.ID) }
+
 // A cursor is the (last_seen, id) of the last session on a page, opaque to clients.
 func encodeCursor(lastSeen int64, id string) string {
 	b, _ := json.Marshal([]any{lastSeen, id}) // an int and a string always marshal

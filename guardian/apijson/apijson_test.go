@@ -37,3 +37,28 @@ func TestWrite(t *testing.T) {
 		})
 	}
 }
+
+func TestFit(t *testing.T) {
+	items := []string{"aaaa", "bbbb", "cccc"} // 6 bytes encoded, 7 with a separator
+	for _, tt := range []struct {
+		max  int
+		want int
+		full bool
+	}{
+		{100, 3, true},
+		{21, 3, true},
+		{20, 2, false},
+		{14, 2, false},
+		{13, 1, false},
+		{1, 1, false}, // the first item always goes, so paging makes progress
+	} {
+		out, full, err := Fit(items, tt.max)
+		require.NoError(t, err)
+		require.Len(t, out, tt.want, "max %d", tt.max)
+		require.Equal(t, tt.full, full, "max %d", tt.max)
+	}
+	out, full, err := Fit([]string(nil), 10)
+	require.NoError(t, err)
+	require.Empty(t, out)
+	require.True(t, full)
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -114,6 +115,10 @@ type Config struct {
 	RefreshInterval time.Duration
 	// FlushInterval is how often keys' last-use times are written (default 30s).
 	FlushInterval time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the real client
+	// (for sign-in throttling, rate limits and the audit log). The header of any other peer
+	// is ignored. The zero-config console still refuses every forwarded request.
+	TrustedProxies []netip.Prefix
 }
 
 func (c *Config) withDefaults() {
@@ -162,7 +167,7 @@ type Auth struct {
 	keys     keyCache
 	agents   *limiter // per key (or client address) request rate; nil when unlimited
 	misses   *limiter // per client address, for keys not in memory (each costs a query)
-	logins   *loginThrottle
+	logins   signInThrottle
 	bcryptCh chan struct{} // bounds concurrent password hashing, which is CPU-heavy by design
 
 	origins map[string]bool
@@ -189,7 +194,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Auth, error) {
 		log:      opts.Logger,
 		now:      opts.Now,
 		misses:   newLimiter(5, 20, cfg.MaxBuckets),
-		logins:   newLoginThrottle(cfg.MaxBuckets),
+		logins:   newSignInThrottle(cfg.MaxBuckets),
 		bcryptCh: make(chan struct{}, 2),
 		origins:  make(map[string]bool, len(cfg.AllowedOrigins)),
 	}

@@ -8,7 +8,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -56,20 +55,20 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	defer a.releaseBcrypt()
 	now := a.now()
-	throttleKey := strings.ToLower(body.Name) + "\x00" + clientHost(r)
-	if wait := a.logins.wait(throttleKey, now); wait > 0 {
+	client := clientHost(r)
+	if wait := a.logins.wait(body.Name, client, now); wait > 0 {
 		writeAPIError(w, loginThrottled(wait))
 		return
 	}
-	u, ok, err := a.checkPassword(r.Context(), body.Name, body.Password)
+	u, known, ok, err := a.checkPassword(r.Context(), body.Name, body.Password)
 	if err != nil {
 		a.log.Error("auth: sign-in", "err", err)
 		writeAPIError(w, errInternal)
 		return
 	}
 	if !ok {
-		wait := a.logins.fail(throttleKey, a.now())
-		a.log.Warn("auth: failed sign-in", "name", body.Name, "client", clientHost(r))
+		wait := a.logins.fail(body.Name, client, a.now())
+		a.log.Warn("auth: failed sign-in", "name", logName(body.Name, known), "client", client)
 		if wait > 0 {
 			writeAPIError(w, loginThrottled(wait))
 			return
@@ -77,7 +76,7 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, &apiError{http.StatusUnauthorized, "invalid_credentials", "wrong name or password", ""})
 		return
 	}
-	a.logins.reset(throttleKey)
+	a.logins.succeed(body.Name, client)
 
 	token, err := randomToken(32)
 	if err != nil {
@@ -93,7 +92,7 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 	sess := &storage.AuthSession{TokenHash: h[:], UserName: u.Name, CSRFToken: csrf,
 		CreatedAt: now, ExpiresAt: now.Add(a.cfg.SessionTTL)}
 	ev, err := a.store.CreateAuthSession(r.Context(), sess, &storage.AuditEntry{
-		Type: storage.AuditLogin, Operator: u.Name, Note: "signed in from " + clientHost(r)})
+		Type: storage.AuditLogin, Operator: u.Name, Note: "signed in from " + client})
 	if err != nil {
 		a.log.Error("auth: create session", "err", err)
 		writeAPIError(w, errInternal)
@@ -139,24 +138,24 @@ func (a *Auth) sessionCookie(r *http.Request, value string, expires time.Time) *
 
 // checkPassword verifies name's password; the caller holds a hashing slot. Unknown names
 // cost the same bcrypt comparison as known ones, so the answer's timing does not reveal
-// which accounts exist.
-func (a *Auth) checkPassword(ctx context.Context, name, password string) (storage.User, bool, error) {
-	u, err := a.store.User(ctx, name)
+// which accounts exist. known reports whether name is an account (for the log only).
+func (a *Auth) checkPassword(ctx context.Context, name, password string) (u storage.User, known, ok bool, err error) {
+	u, err = a.store.User(ctx, name)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return storage.User{}, false, err
+		return storage.User{}, false, false, err
 	}
+	known = err == nil
 	hash := u.PasswordHash
-	if err != nil {
+	if !known {
 		if hash, err = a.dummy(); err != nil {
-			return storage.User{}, false, err
+			return storage.User{}, false, false, err
 		}
-		err = storage.ErrNotFound
 	}
 	cmpErr := bcrypt.CompareHashAndPassword(hash, []byte(password))
-	if err != nil || cmpErr != nil {
-		return storage.User{}, false, nil
+	if !known || cmpErr != nil {
+		return storage.User{}, known, false, nil
 	}
-	return u, true, nil
+	return u, true, true, nil
 }
 
 func (a *Auth) dummy() ([]byte, error) {

@@ -131,7 +131,7 @@ func TestLoginThrottle(t *testing.T) {
 }
 
 func TestLoginThrottleMemoryIsBounded(t *testing.T) {
-	th := newLoginThrottle(20)
+	th := newLoginThrottle(pairBackoff, 20)
 	now := time.Unix(1000, 0)
 	for i := 0; i < 500; i++ {
 		th.fail(strings.Repeat("x", i%50)+"\x00"+string(rune('a'+i%26)), now)

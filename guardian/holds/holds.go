@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -128,6 +129,9 @@ type Options struct {
 	OperatorFrom func(r *http.Request) (string, bool)
 	// MaxPending bounds the holds waiting at once (default DefaultMaxPending).
 	MaxPending int
+	// MaxPageBytes bounds one list answer (holds, audit) of the API (default
+	// apijson.MaxPageBytes).
+	MaxPageBytes int
 	// DefaultTimeout applies to requests without a timeout (default DefaultTimeout).
 	DefaultTimeout time.Duration
 	Logger         *slog.Logger
@@ -191,6 +195,7 @@ type Manager struct {
 	validateParams func(string, json.RawMessage) error
 	operatorFrom   func(*http.Request) (string, bool)
 	maxPending     int
+	maxPageBytes   int
 	defaultTimeout time.Duration
 	log            *slog.Logger
 
@@ -246,6 +251,7 @@ func NewManager(opts Options) *Manager {
 		validateParams: opts.ValidateParams,
 		operatorFrom:   opts.OperatorFrom,
 		maxPending:     opts.MaxPending,
+		maxPageBytes:   opts.MaxPageBytes,
 		defaultTimeout: opts.DefaultTimeout,
 		log:            opts.Logger,
 		pending:        make(map[string]*waiter),
@@ -260,6 +266,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if m.maxPending <= 0 {
 		m.maxPending = DefaultMaxPending
+	}
+	if m.maxPageBytes <= 0 {
+		m.maxPageBytes = apijson.MaxPageBytes
 	}
 	if m.defaultTimeout <= 0 {
 		m.defaultTimeout = DefaultTimeout

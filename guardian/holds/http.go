@@ -20,6 +20,7 @@ const maxBody = 4 << 20
 // Register adds the holds, session control and audit endpoints to mux:
 //
 //	GET  /api/holds?status=pending|approved|denied|modified|timedOut|abandoned|all&limit=N
+//	     → {"holds":[…],"now":…,"more":bool}; more: the list was cut at limit or the byte bound
 //	GET  /api/holds/{id}
 //	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","remember"}
 //	POST /api/sessions/{id}/pause|resume|block {"operator","note"}
@@ -51,13 +52,20 @@ func (m *Manager) handleList(w http.ResponseWriter, r *http.Request) {
 		m.writeError(w, err, nil)
 		return
 	}
+	limit = min(limit, apijson.MaxPageItems)
 	hs, err := m.List(r.Context(), status, int(limit))
 	if err != nil {
 		m.writeError(w, err, nil)
 		return
 	}
+	fit, full, err := apijson.Fit(hs, m.maxPageBytes)
+	if err != nil {
+		m.writeError(w, err, nil)
+		return
+	}
+	more := !full || len(hs) == effectiveHoldsLimit(int(limit))
 	// now lets a console count down to each deadline without trusting its own clock.
-	apijson.Write(w, http.StatusOK, map[string]any{"holds": hs, "now": m.clock.Now().UTC()})
+	apijson.Write(w, http.StatusOK, map[string]any{"holds": fit, "now": m.clock.Now().UTC(), "more": more})
 }
 
 func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -152,6 +160,8 @@ func (m *Manager) handleAudit(w http.ResponseWriter, r *http.Request) {
 		m.writeError(w, err, nil)
 		return
 	}
+	// The store is asked for one page at most, so that a full page tells there is more.
+	limit = int64(effectiveAuditLimit(int(limit)))
 	before, err := queryInt(q.Get("before"), "before")
 	if err != nil {
 		m.writeError(w, err, nil)
@@ -170,20 +180,34 @@ func (m *Manager) handleAudit(w http.ResponseWriter, r *http.Request) {
 		m.writeError(w, err, nil)
 		return
 	}
+	fit, full, err := apijson.Fit(entries, m.maxPageBytes)
+	if err != nil {
+		m.writeError(w, err, nil)
+		return
+	}
 	// next is the cursor of the following page: null once a page comes back short.
 	var next *int64
-	if n := len(entries); n > 0 && n == effectiveAuditLimit(aq.Limit) {
-		next = &entries[n-1].ID
+	if n := len(entries); n > 0 && (!full || n == aq.Limit) {
+		next = &entries[len(fit)-1].ID
 	}
-	apijson.Write(w, http.StatusOK, map[string]any{"entries": entries, "next": next})
+	apijson.Write(w, http.StatusOK, map[string]any{"entries": fit, "next": next})
 }
 
-// effectiveAuditLimit mirrors the store's clamping, to tell a full page from the last one.
+// effectiveAuditLimit is the page size asked of the store: 100 by default, at most
+// apijson.MaxPageItems, so a full page can be told from the last one.
 func effectiveAuditLimit(limit int) int {
 	if limit <= 0 {
 		return 100
 	}
-	return min(limit, 1000)
+	return min(limit, apijson.MaxPageItems)
+}
+
+// effectiveHoldsLimit mirrors the store's default, to tell a full list from a complete one.
+func effectiveHoldsLimit(limit int) int {
+	if limit <= 0 {
+		return 200
+	}
+	return limit
 }
 
 // operator is the signed-in name when an auth layer supplies one, else the body's.
