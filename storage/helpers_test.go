@@ -16,7 +16,9 @@ import (
 // openTest opens a fresh database in the test's temporary directory and closes it at the end.
 func openTest(t testing.TB) *DB {
 	t.Helper()
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), Options{})
+	// The tests that count the writer's queue must not see the background indexer's writes;
+	// those that search index first (IndexComplete).
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), Options{ManualIndex: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return db

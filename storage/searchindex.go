@@ -41,7 +41,11 @@ func (db *DB) indexSteps(stop <-chan struct{}) {
 	}
 	for {
 		start := time.Now()
-		n, err := db.IndexBatch(ctx, indexBatch)
+		// Asked of a reader first, so an idle guardian sends its writer nothing.
+		n, err := 0, error(nil)
+		if lag, lerr := db.hasUnindexed(ctx); lerr != nil || lag {
+			n, err = db.IndexBatch(ctx, indexBatch)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -106,6 +110,14 @@ func (db *DB) IndexComplete(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// hasUnindexed reports whether a stored step waits for the index.
+func (db *DB) hasUnindexed(ctx context.Context) (bool, error) {
+	var more bool
+	err := db.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM steps
+		WHERE seq > (SELECT upto FROM search_progress WHERE id = 1))`).Scan(&more)
+	return more, err
 }
 
 // indexLag counts the stored steps the index has not reached yet.
