@@ -113,3 +113,43 @@ describe('comments', () => {
     assert.equal(audit.entries[0].note, 'Why search payroll here?');
   });
 });
+
+describe('search', () => {
+  test('steps are found by their words and filters, with the query in the URL', async () => {
+    const sid = `srch-${Date.now().toString(36)}`;
+    const who = (step) => ({ session: sid, step, agent: { id: 'payroll-bot', name: 'Payroll bot' } });
+    const denied = await post(guardian.url, aosRequest(who(1), 'steps/toolCallRequest', toolCall('run_shell', { command: 'rm -rf /srv/payroll-exports' })));
+    assert.equal(denied.result?.decision, 'deny');
+    await post(guardian.url, aosRequest(who(2), 'steps/toolCallRequest', toolCall('search', { q: 'payroll policy' })));
+    await post(guardian.url, aosRequest(who(3), 'steps/toolCallRequest', toolCall('search', { q: 'holiday calendar' })));
+
+    // The index follows the steps within about a second.
+    for (let i = 0; i < 100; i++) {
+      const r = await api('GET', '/api/search?q=payroll&agent=payroll');
+      if (r.steps.length === 2 && r.indexLag === 0) break;
+      await new Promise((ok) => setTimeout(ok, 100));
+    }
+    // A shared link opens the same search: the denied command about payroll, nothing else.
+    const hits = page.getByTestId('search-hit');
+    await page.goto(`${guardian.url}/#/search?q=payroll&decision=deny&agent=payroll`);
+    await page.getByTestId('search-count').waitFor();
+    await hits.first().waitFor();
+    const n = await hits.count();
+    assert.equal(n, 1);
+    await hits.first().getByText('payroll-exports', { exact: false }).waitFor();
+    assert.equal(await page.getByTestId('search-decision').inputValue(), 'deny');
+
+    // Typing updates the URL and the results.
+    await page.getByTestId('search-decision').selectOption('');
+    await page.getByTestId('search-q').fill('payroll pol');
+    await page.waitForURL(/q=payroll\+pol/);
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="search-hit"]').length === 1);
+    await hits.first().getByText('policy', { exact: false }).waitFor();
+    await shot(page, 'gov-05-search');
+
+    // A hit opens its step in its session.
+    await hits.first().click();
+    await page.waitForURL(new RegExp(`#/session/${sid}\\?step=\\d+`));
+    await page.getByTestId('step-inspector').getByText('payroll policy').first().waitFor();
+  });
+});

@@ -11,6 +11,7 @@ import type {
   Info,
   Rule,
   RuleVersion,
+  SearchPage,
   Session,
   Stats,
   Step,
@@ -161,6 +162,10 @@ export class Api {
   }
   control(id: string, action: 'pause' | 'resume' | 'block', operator: string, note?: string) {
     return this.request<unknown>('POST', `/api/sessions/${enc(id)}/${action}`, { operator, note: note ?? '' });
+  }
+
+  search(p: Record<string, string | number | undefined>, signal?: AbortSignal) {
+    return this.request<SearchPage>('GET', '/api/search' + query(p), undefined, signal ? { signal } : {});
   }
 
   comments(sessionId: string) {

@@ -19,6 +19,11 @@ describe('router', () => {
     ['#/rules/big-transfer', { page: 'rules', id: 'big-transfer' }],
     ['#/overview', { page: 'overview' }],
     ['#/audit?session=s1', { page: 'audit', sessionId: 's1' }],
+    ['#/search', { page: 'search', query: {} }],
+    ['#/search?q=%22exact+phrase%22+pay&decision=held&tool=send_email&from=2025-06-01T12%3A00%3A00.000Z&junk=1', {
+      page: 'search',
+      query: { q: '"exact phrase" pay', decision: 'held', tool: 'send_email', from: '2025-06-01T12:00:00.000Z' },
+    }],
     ['#/nowhere', { page: 'live' }],
   ])('%s', (hash, route) => {
     expect(parseHash(hash)).toEqual(route);

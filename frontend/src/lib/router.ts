@@ -6,7 +6,23 @@ export type Route =
   | { page: 'held' }
   | { page: 'rules'; id?: string; isNew?: boolean }
   | { page: 'overview' }
-  | { page: 'audit'; sessionId?: string };
+  | { page: 'audit'; sessionId?: string }
+  | { page: 'search'; query: SearchParams };
+
+/** The search page's query and filters, as they appear in its URL. */
+export interface SearchParams {
+  q?: string;
+  session?: string;
+  agent?: string;
+  user?: string;
+  tool?: string;
+  decision?: string;
+  rule?: string;
+  from?: string;
+  to?: string;
+}
+
+export const SEARCH_KEYS = ['q', 'session', 'agent', 'user', 'tool', 'decision', 'rule', 'from', 'to'] as const;
 
 export function parseHash(hash: string): Route {
   const h = hash.replace(/^#\/?/, '');
@@ -35,6 +51,14 @@ export function parseHash(hash: string): Route {
       const s = q.get('session');
       return s ? { page: 'audit', sessionId: s } : { page: 'audit' };
     }
+    case 'search': {
+      const query: SearchParams = {};
+      for (const k of SEARCH_KEYS) {
+        const v = q.get(k);
+        if (v) query[k] = v;
+      }
+      return { page: 'search', query };
+    }
     default:
       return { page: 'live' };
   }
@@ -55,5 +79,14 @@ export function href(r: Route): string {
       return '#/overview';
     case 'audit':
       return r.sessionId ? `#/audit?session=${e(r.sessionId)}` : '#/audit';
+    case 'search': {
+      const q = new URLSearchParams();
+      for (const k of SEARCH_KEYS) {
+        const v = r.query[k];
+        if (v) q.set(k, v);
+      }
+      const qs = q.toString();
+      return qs ? `#/search?${qs}` : '#/search';
+    }
   }
 }

@@ -193,6 +193,31 @@ export interface AuditEntry {
   detail?: unknown;
 }
 
+/** One step found by GET /api/search: its summary and a snippet of its text. */
+export interface SearchHit {
+  seq: number;
+  sessionId: string;
+  turnId: string;
+  stepId: string;
+  method: string;
+  kind: string;
+  agentId: string;
+  agentName: string;
+  userId: string;
+  tool: string;
+  decision: string;
+  held: boolean;
+  receivedAt: string;
+  snippet: string;
+}
+
+export interface SearchPage {
+  steps: SearchHit[];
+  next: number | null;
+  /** The newest stored steps the index has not reached yet. */
+  indexLag: number;
+}
+
 /** An operator's comment on a session, or on one of its steps (stepSeq). */
 export interface Comment {
   id: number;
