@@ -61,6 +61,9 @@ type AuditQuery struct {
 	SessionID string
 	Operator  string
 	HoldID    string
+	// Prefix matches SessionID, Operator and HoldID as the start of the entry's value (a
+	// partial id typed in a filter), not as the whole value.
+	Prefix bool
 }
 
 // auditArgs is an entry validated and copied before it reaches the writer.
@@ -182,7 +185,13 @@ func (db *DB) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
 	for _, f := range []struct{ col, v string }{
 		{"session_id", q.SessionID}, {"operator", q.Operator}, {"hold_id", q.HoldID},
 	} {
-		if f.v != "" {
+		switch {
+		case f.v == "":
+		case q.Prefix:
+			// A range, so the column's index serves it; no UTF-8 text has a 0xFF byte.
+			where = append(where, "("+f.col+" >= ? AND "+f.col+" < ?)")
+			args = append(args, f.v, f.v+"\xff")
+		default:
 			where = append(where, f.col+" = ?")
 			args = append(args, f.v)
 		}

@@ -117,3 +117,27 @@ func TestAuditSurvivesEventPruning(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 }
+
+func TestAuditPrefixFilters(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	for _, sid := range []string{"sess-1", "sess-10", "sess-2", "other"} {
+		_, err := db.AppendAudit(ctx, &AuditEntry{Type: AuditSessionPause, SessionID: sid, Operator: "op-" + sid, HoldID: "h_" + sid})
+		require.NoError(t, err)
+	}
+	sessions := func(q AuditQuery) []string {
+		es, err := db.ListAudit(ctx, q)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range es {
+			out = append(out, e.SessionID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"sess-1"}, sessions(AuditQuery{SessionID: "sess-1"}), "exact by default")
+	require.Equal(t, []string{"sess-10", "sess-1"}, sessions(AuditQuery{SessionID: "sess-1", Prefix: true}))
+	require.Equal(t, []string{"sess-2", "sess-10", "sess-1"}, sessions(AuditQuery{SessionID: "sess", Prefix: true}))
+	require.Equal(t, []string{"sess-2"}, sessions(AuditQuery{HoldID: "h_sess-2", Prefix: true}))
+	require.Equal(t, []string{"other"}, sessions(AuditQuery{Operator: "op-o", Prefix: true}))
+	require.Empty(t, sessions(AuditQuery{Operator: "op-o"}))
+}

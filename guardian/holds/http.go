@@ -174,7 +174,7 @@ func (m *Manager) handleAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	aq := AuditQuery{Limit: int(limit), Before: before, Type: q.Get("type"),
-		SessionID: q.Get("sessionId"), Operator: q.Get("operator"), HoldID: q.Get("holdId")}
+		SessionID: q.Get("sessionId"), Operator: q.Get("operator"), HoldID: q.Get("holdId"), Prefix: true}
 	entries, err := m.Audit(r.Context(), aq)
 	if err != nil {
 		m.writeError(w, err, nil)
