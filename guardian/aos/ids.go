@@ -1,6 +1,9 @@
 package aos
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Ids of AOS steps (context.session.id, agent.id, turnId, stepId, toolId, user.id and the
 // agent's name) are checked while decoding (decoder.id). MCP and A2A messages are decoded
@@ -153,4 +156,16 @@ func stringAt(buf []byte, keys []string) ([]byte, bool) {
 		return nil, false
 	}
 	return buf[start:end], true
+}
+
+// CheckID returns why s cannot be an id (longer than MaxIDBytes, or not valid UTF-8), or
+// "" when it can. It is for ids that arrive outside a JSON body, such as a header.
+func CheckID(s string) string {
+	if len(s) > MaxIDBytes {
+		return idTooLong(len(s))
+	}
+	if !utf8.ValidString(s) {
+		return idNotUTF8
+	}
+	return ""
 }
