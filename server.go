@@ -220,6 +220,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		RulesFile:    cfg.RulesFile,
 		AllowedHosts: allowedHosts(ln.Addr(), publicHost),
 		HistorySize:  guardianHistory,
+		// The desktop webview's origins and --public-url may post to /aos; other pages not.
+		AllowedOrigins: origins,
 	}, guardian.Options{
 		Store:     db,
 		Logger:    log,
@@ -234,6 +236,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			az.Register,
 		},
 		CheckAgent: auth.CheckAgent,
+		KeyOf:      auth.KeyOf,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start guardian: %w", err))

@@ -41,6 +41,9 @@ type Config struct {
 	AllowedHosts []string
 	// MaxPageBytes bounds one list answer of the console API (default apijson.MaxPageBytes).
 	MaxPageBytes int
+	// AllowedOrigins are the origins, besides the server's own, whose pages may post to /aos
+	// (e.g. the desktop webview's). Any other Origin header is refused.
+	AllowedOrigins []string
 }
 
 func (c *Config) withDefaults() {
@@ -62,6 +65,11 @@ func (c *Config) withDefaults() {
 	if c.MaxPageBytes <= 0 {
 		c.MaxPageBytes = apijson.MaxPageBytes
 	}
+	origins := make([]string, len(c.AllowedOrigins))
+	for i, o := range c.AllowedOrigins {
+		origins[i] = strings.TrimRight(o, "/")
+	}
+	c.AllowedOrigins = origins
 }
 
 // Publisher receives the guardian's stored steps for the live stream (other events reach
@@ -88,6 +96,10 @@ type Options struct {
 	// CheckAgent, when set, refuses a step whose context.agent.id the request's credentials
 	// may not speak as (auth.CheckAgent); its *aos.Error is answered as is.
 	CheckAgent func(ctx context.Context, agentID string) error
+	// KeyOf, when set, returns the API key a request authenticated with: its id and the
+	// agent id it is scoped to, ok false without a key (auth.KeyOf). Steps record the key,
+	// and a session belongs to the key that opened it.
+	KeyOf func(ctx context.Context) (id, agentID string, ok bool)
 }
 
 // Guardian decides steps and serves the HTTP surface.
@@ -102,6 +114,7 @@ type Guardian struct {
 	sessions   *sessionCache
 	handler    http.Handler
 	checkAgent func(ctx context.Context, agentID string) error
+	keyOf      func(ctx context.Context) (id, agentID string, ok bool)
 }
 
 // New builds a guardian.
@@ -119,6 +132,7 @@ func New(cfg Config, opts Options) (*Guardian, error) {
 		log:        opts.Logger,
 		now:        opts.Now,
 		checkAgent: opts.CheckAgent,
+		keyOf:      opts.KeyOf,
 	}
 	if g.policy == nil {
 		g.policy = AllowAll{}
@@ -146,6 +160,9 @@ type RequestMeta struct {
 	SessionHeader string
 	// RemoteAddr attributes context-free steps (MCP, A2A) when nothing else names a session.
 	RemoteAddr string
+	// KeyID is the id of the API key the request authenticated with, KeyAgent the agent id
+	// that key is scoped to; both empty without a key (or an unscoped one).
+	KeyID, KeyAgent string
 	// ReceivedAt is when the request arrived.
 	ReceivedAt time.Time
 }
@@ -159,13 +176,22 @@ type Outcome struct {
 
 // SessionFor names the session a step belongs to. Steps with a StepContext use its session
 // id; A2A and MCP steps use their context id when present, then the X-Vigil-Session header,
-// then "<kind>@<client address>" so one client's protocol traffic stays together.
+// then "<kind>@<client address>" so one client's protocol traffic stays together;
+// "<kind>:<key id>@<client address>" for a request with an API key, since a session belongs
+// to one key.
 func SessionFor(step *aos.Step, meta RequestMeta) string {
+	id, _ := sessionOf(step, meta)
+	return id
+}
+
+// sessionOf is SessionFor, and where the step named its session: the JSON path of the
+// member, "header" for X-Vigil-Session, "" for the fallback.
+func sessionOf(step *aos.Step, meta RequestMeta) (id, from string) {
 	if id := step.SessionHint(); id != "" {
-		return id
+		return id, step.SessionField()
 	}
 	if meta.SessionHeader != "" {
-		return meta.SessionHeader
+		return meta.SessionHeader, "header"
 	}
 	host := meta.RemoteAddr
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -174,7 +200,10 @@ func SessionFor(step *aos.Step, meta RequestMeta) string {
 	if host == "" {
 		host = "local"
 	}
-	return string(step.Kind) + "@" + host
+	if meta.KeyID != "" {
+		return string(step.Kind) + ":" + meta.KeyID + "@" + host, ""
+	}
+	return string(step.Kind) + "@" + host, ""
 }
 
 // Decide runs the decision pipeline for one validated step: policy, hold, store, publish.
@@ -187,8 +216,16 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 	if step.Kind == aos.KindPing {
 		return g.ping(step)
 	}
-	sessionID := SessionFor(step, meta)
+	sessionID, from := sessionOf(step, meta)
 	hist := g.sessions.get(ctx, sessionID)
+	defer g.sessions.release(hist)
+	agentID := ""
+	if step.Context != nil {
+		agentID = step.Context.Agent.ID
+	}
+	if refused := hist.admit(agentID, meta.KeyID, meta.KeyAgent); refused != "" {
+		return Outcome{}, ownerError(sessionID, from, refused)
+	}
 
 	control := ""
 	if g.holds != nil {
@@ -221,6 +258,7 @@ func (g *Guardian) Decide(ctx context.Context, step *aos.Step, meta RequestMeta)
 
 	v = g.buildModification(step, v)
 	rec := g.record(step, sessionID, v, start, held)
+	rec.KeyID = meta.KeyID
 	resp, err := g.response(step, v)
 	if err != nil {
 		return Outcome{}, err

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -20,6 +22,10 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		writeRPC(w, http.StatusMethodNotAllowed, errorResponse(nil, &aos.Error{
 			Code: aos.CodeInvalidRequest, Message: "invalid request: the AOS endpoint accepts POST only"}))
+		return
+	}
+	if herr := g.checkAOSHeaders(r); herr != nil {
+		writeRPC(w, herr.status, errorResponse(nil, herr.rpc))
 		return
 	}
 	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength, g.cfg.MaxBodyBytes)
@@ -51,7 +57,13 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 			Data:    map[string]any{"field": "batch", "limit": g.cfg.MaxBatch}}))
 		return
 	}
-	meta := RequestMeta{SessionHeader: r.Header.Get("X-Vigil-Session"), RemoteAddr: clientAddr(r), ReceivedAt: received}
+	var keyID, keyAgent string
+	if g.keyOf != nil {
+		keyID, keyAgent, _ = g.keyOf(r.Context())
+	}
+	// Assigned once: the batch's goroutines then capture a copy rather than move it to the heap.
+	meta := RequestMeta{SessionHeader: r.Header.Get("X-Vigil-Session"), RemoteAddr: clientAddr(r), ReceivedAt: received,
+		KeyID: keyID, KeyAgent: keyAgent}
 	if !batch {
 		resp := g.handleOne(r.Context(), msgs[0], meta)
 		if resp == nil {
@@ -94,6 +106,75 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 	writeRPC(w, http.StatusOK, buf.Bytes())
 }
 
+// headerError is a request refused on its headers, before its body is read.
+type headerError struct {
+	status int
+	rpc    *aos.Error
+}
+
+func refuseHeader(status, code int, header, reason string) *headerError {
+	prefix := "invalid request: "
+	if code == aos.CodeInvalidParams {
+		prefix = "invalid params: "
+	}
+	return &headerError{status, &aos.Error{Code: code, Message: prefix + header + " header: " + reason,
+		Data: map[string]any{"header": header, "reason": reason}}}
+}
+
+// checkAOSHeaders refuses what a web page could make a browser send: a request from a page of
+// another origin (403), and a body that is not declared application/json (415). A page may
+// post text/plain to any address without asking (no CORS preflight), and in no-cors mode it
+// never sees the answer but the step would be stored; agents send no Origin and, as AOS
+// requires, application/json. It also checks the X-Vigil-Session header as an id (400).
+func (g *Guardian) checkAOSHeaders(r *http.Request) *headerError {
+	if o := r.Header.Get("Origin"); o != "" && !g.sameOrigin(o, r.Host) {
+		return refuseHeader(http.StatusForbidden, aos.CodeInvalidRequest, "Origin",
+			"requests from web pages of other origins are refused")
+	}
+	if !jsonContentType(r.Header.Get("Content-Type")) {
+		return refuseHeader(http.StatusUnsupportedMediaType, aos.CodeInvalidRequest, "Content-Type",
+			"must be application/json")
+	}
+	if h := r.Header.Get("X-Vigil-Session"); h != "" {
+		if reason := aos.CheckID(h); reason != "" {
+			return refuseHeader(http.StatusBadRequest, aos.CodeInvalidParams, "X-Vigil-Session", reason)
+		}
+	}
+	return nil
+}
+
+// sameOrigin reports whether an Origin header names the server itself (the host the request
+// was addressed to) or one of Config.AllowedOrigins.
+func (g *Guardian) sameOrigin(origin, host string) bool {
+	origin = strings.TrimRight(origin, "/")
+	if slices.Contains(g.cfg.AllowedOrigins, origin) {
+		return true
+	}
+	scheme, rest, ok := strings.Cut(origin, "://")
+	return ok && (scheme == "http" || scheme == "https") && strings.EqualFold(rest, host)
+}
+
+// jsonContentType reports whether a Content-Type header declares JSON: application/json,
+// with parameters allowed, except a charset other than UTF-8 (the body is read as UTF-8).
+func jsonContentType(ct string) bool {
+	mt, params, _ := strings.Cut(ct, ";")
+	if !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		return false
+	}
+	for params != "" {
+		var p string
+		p, params, _ = strings.Cut(params, ";")
+		k, v, _ := strings.Cut(p, "=")
+		if strings.EqualFold(strings.TrimSpace(k), "charset") {
+			v = strings.Trim(strings.TrimSpace(v), `"`)
+			if !strings.EqualFold(v, "utf-8") && !strings.EqualFold(v, "utf8") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // handleOne validates and decides one request, returning its response (nil for a
 // notification). It never panics on bad input; internal failures answer -32603.
 func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta RequestMeta) (resp json.RawMessage) {
@@ -132,7 +213,12 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 	}
 	out, err := g.Decide(ctx, step, meta)
 	if err != nil {
-		g.log.Error("aos: decide", "method", step.Method, "err", err)
+		var refused *aos.Error
+		if errors.As(err, &refused) {
+			g.log.Warn("aos: step refused", "method", step.Method, "code", refused.Code, "message", refused.Message)
+		} else {
+			g.log.Error("aos: decide", "method", step.Method, "err", err)
+		}
 		if step.IsNotification() {
 			return nil
 		}

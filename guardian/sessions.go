@@ -1,16 +1,21 @@
 package guardian
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 
+	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// sessionCache keeps the recent history of active sessions in memory, so rules can look at
-// a session's earlier steps without a query per step. A miss loads from the store.
+// sessionCache keeps the recent history and the owners of active sessions in memory, so
+// rules can look at a session's earlier steps, and steps be checked against the session's
+// owners, without a query per step. A miss loads from the store. An entry with a step in
+// flight is not evicted: its owners may be claimed in memory only, until the step is stored.
 type sessionCache struct {
 	mu      sync.Mutex
 	entries map[string]*sessionState
@@ -21,12 +26,18 @@ type sessionCache struct {
 }
 
 type sessionState struct {
-	mu     sync.Mutex
-	id     string
-	count  int
-	steps  []rules.HistoryStep
-	max    int
-	loaded bool
+	// pins counts the steps in flight (between get and release).
+	pins atomic.Int32
+
+	mu sync.Mutex
+	id string
+	// ownerKey and ownerAgent own the session: the API key id and agent id of its first
+	// steps that carried one (storage keeps the same in the session's row).
+	ownerKey, ownerAgent string
+	count                int
+	steps                []rules.HistoryStep
+	max                  int
+	loaded               bool
 	// counts counts the newest max steps, the ones a snapshot shows. lent is how many
 	// snapshots are reading them: add changes a copy instead while any is (copy on write),
 	// so a step whose rules read the counts costs no copy when its session has no other
@@ -39,6 +50,7 @@ func newSessionCache(max, hist int, store Store) *sessionCache {
 	return &sessionCache{entries: make(map[string]*sessionState), max: max, hist: hist, store: store}
 }
 
+// get returns the session's state for a step, which must call release when done with it.
 func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 	c.mu.Lock()
 	s, ok := c.entries[id]
@@ -47,14 +59,22 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 		s = &sessionState{id: id, max: c.hist}
 		c.entries[id] = s
 		c.order = append(c.order, id)
-		if len(c.order) > c.max {
-			// Evict the oldest inserted entries; a later step of theirs reloads from the store.
-			drop := len(c.order) - c.max
-			for _, old := range c.order[:drop] {
-				delete(c.entries, old)
+	}
+	s.pins.Add(1)
+	if !ok && len(c.order) > c.max {
+		// Evict the oldest inserted entries; a later step of theirs reloads from the store.
+		// Entries with steps in flight move to the back instead (there are at most as many
+		// as requests in flight).
+		drop := len(c.order) - c.max
+		var kept []string
+		for _, old := range c.order[:drop] {
+			if c.entries[old].pins.Load() > 0 {
+				kept = append(kept, old)
+				continue
 			}
-			c.order = append(c.order[:0:0], c.order[drop:]...)
+			delete(c.entries, old)
 		}
+		c.order = append(append(c.order[:0:0], c.order[drop:]...), kept...)
 	}
 	c.mu.Unlock()
 
@@ -63,6 +83,7 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 	if !s.loaded {
 		s.loaded = true
 		if sess, err := c.store.Session(ctx, id); err == nil {
+			s.ownerKey, s.ownerAgent = sess.KeyID, sess.AgentID
 			s.count = int(sess.Steps)
 			if recent, err := c.store.RecentSteps(ctx, id, c.hist); err == nil {
 				s.steps = make([]rules.HistoryStep, len(recent))
@@ -74,6 +95,55 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 		s.counts = rules.CountSteps(s.window())
 	}
 	return s
+}
+
+// release ends a step's use of s (from get).
+func (c *sessionCache) release(s *sessionState) { s.pins.Add(-1) }
+
+// Why admit refuses a step.
+const (
+	notOwnerKey   = "the session belongs to another API key"
+	notOwnerAgent = "the session belongs to another agent"
+)
+
+// admit checks that a step may join the session, and makes the step's key and agent the
+// session's owners where it has none yet. agentID is the step's context.agent.id, keyID
+// and keyAgent the id of the request's API key and the agent it is scoped to ("" when
+// absent). A session with an owner key takes steps of that key only; a session with an
+// owner agent takes no step of another agent: one naming another, or sent with a key
+// scoped to another. It returns why a step is refused, "" when it is not.
+func (s *sessionState) admit(agentID, keyID, keyAgent string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ownerKey != "" && keyID != s.ownerKey {
+		return notOwnerKey
+	}
+	if claimed := cmp.Or(agentID, keyAgent); s.ownerAgent != "" && claimed != "" && claimed != s.ownerAgent {
+		return notOwnerAgent
+	}
+	if s.ownerKey == "" && keyID != "" {
+		s.ownerKey = keyID
+	}
+	if s.ownerAgent == "" && agentID != "" {
+		s.ownerAgent = strings.Clone(agentID) // it may share the request's memory
+	}
+	return ""
+}
+
+// ownerError is the -32602 answer to a step admit refused, naming where the step named
+// its session: a member of the request (from, a JSON path), the X-Vigil-Session header
+// ("header"), or nothing (the fallback session of a client address).
+func ownerError(sessionID, from, reason string) *aos.Error {
+	switch from {
+	case "":
+		return &aos.Error{Code: aos.CodeInvalidParams, Message: "invalid params: " + reason,
+			Data: map[string]any{"sessionId": sessionID, "reason": reason}}
+	case "header":
+		return &aos.Error{Code: aos.CodeInvalidParams, Message: "invalid params: X-Vigil-Session header: " + reason,
+			Data: map[string]any{"header": "X-Vigil-Session", "reason": reason}}
+	}
+	return &aos.Error{Code: aos.CodeInvalidParams, Message: "invalid params: " + from + ": " + reason,
+		Data: aos.FieldError{Field: from, Reason: reason}}
 }
 
 // snapshot copies the history for one evaluation; the slice is never mutated afterwards.

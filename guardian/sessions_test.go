@@ -88,3 +88,64 @@ func TestSessionCacheKeepsCopies(t *testing.T) {
 	require.Equal(t, "send_email", s.steps[0].Tool)
 	require.Equal(t, 1, s.counts.Tools["send_email"])
 }
+
+// A session with a step in flight keeps its entry however many sessions come meanwhile:
+// the owners that step claimed are in memory only until the step is stored, and a reload
+// from the store would forget them (a held step can wait for minutes).
+func TestSessionCacheKeepsSessionsInUse(t *testing.T) {
+	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	ctx := context.Background()
+	c := newSessionCache(2, 5, db)
+	held := c.get(ctx, "held")
+	require.Empty(t, held.admit("agent-b", "key_b", "agent-b"))
+	for i := range 10 {
+		s := c.get(ctx, fmt.Sprint("other-", i))
+		c.release(s)
+	}
+	require.Same(t, held, c.get(ctx, "held"), "in use, never evicted")
+	c.release(held)
+	require.Equal(t, notOwnerKey, held.admit("agent-a", "key_a", "agent-a"))
+	require.LessOrEqual(t, len(c.order), 3)
+
+	// Released, it is evicted like any other, and what was stored is all a reload knows.
+	c.release(held)
+	for i := range 3 {
+		c.release(c.get(ctx, fmt.Sprint("more-", i)))
+	}
+	require.NotSame(t, held, c.get(ctx, "held"))
+	require.Len(t, c.entries, 2)
+}
+
+func TestSessionAdmit(t *testing.T) {
+	tests := []struct {
+		name                      string
+		ownerKey, ownerAgent      string
+		agent, key, keyAgent      string
+		want                      string
+		wantOwnerKey, wantOwnerAg string
+	}{
+		{"open mode, first agent claims", "", "", "a", "", "", "", "", "a"},
+		{"open mode, same agent", "", "a", "a", "", "", "", "", "a"},
+		{"open mode, other agent", "", "a", "b", "", "", notOwnerAgent, "", "a"},
+		{"open mode, no agent (MCP)", "", "a", "", "", "", "", "", "a"},
+		{"key claims an unowned session", "", "", "", "k1", "", "", "k1", ""},
+		{"same key", "k1", "a", "a", "k1", "a", "", "k1", "a"},
+		{"other key, same agent", "k1", "a", "a", "k2", "a", notOwnerKey, "k1", "a"},
+		{"other key, no agent", "k1", "a", "", "k2", "", notOwnerKey, "k1", "a"},
+		{"no key into a key's session", "k1", "", "", "", "", notOwnerKey, "k1", ""},
+		{"same unscoped key, other agent", "k1", "a", "b", "k1", "", notOwnerAgent, "k1", "a"},
+		{"key scoped to another agent, step names none", "", "a", "", "k2", "b", notOwnerAgent, "", "a"},
+		{"key scoped to the owner, step names none", "", "a", "", "k2", "a", "", "k2", "a"},
+		{"a key's session claimed by its first agent", "k1", "", "a", "k1", "", "", "k1", "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &sessionState{ownerKey: tt.ownerKey, ownerAgent: tt.ownerAgent}
+			require.Equal(t, tt.want, s.admit(tt.agent, tt.key, tt.keyAgent))
+			require.Equal(t, tt.wantOwnerKey, s.ownerKey)
+			require.Equal(t, tt.wantOwnerAg, s.ownerAgent)
+		})
+	}
+}

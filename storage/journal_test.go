@@ -78,6 +78,7 @@ func TestJournalReplay(t *testing.T) {
 		if i == 1 {
 			rec.Response = nil // a notification
 		}
+		rec.KeyID = "key_replayed"
 		recs = append(recs, rec)
 		record(rec.AppendJSON(nil))
 	}
@@ -102,6 +103,7 @@ func TestJournalReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(4), s.Steps)
 	require.Equal(t, map[string]int64{"allow": 1, "deny": 3}, s.Decisions)
+	require.Equal(t, "key_replayed", s.KeyID, "the replayed steps' key owns the session")
 
 	// Seqs go on after the replayed ones.
 	next := save(t, db, step("s", "allow", time.Minute))
@@ -183,6 +185,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	full := step("s-1", "modify", 0)
 	full.TurnID, full.StepID, full.AgentID, full.AgentName = "t", "st", "a", "Agent <x> & co"
 	full.UserID, full.Tool, full.Text, full.Held, full.LatencyMicros = "u", "send_email", "hi\n\"there\"", true, 42
+	full.KeyID = "key_1"
 	full.MatchedRules = []RuleMatch{{RuleID: "r1", Action: "deny", Mode: "enforce", ReasonCode: "X"},
 		{RuleID: "r2", Action: "allow", Mode: "monitor", Error: "boom\t\u2028"}}
 	for _, tc := range []struct {

@@ -15,7 +15,7 @@ import (
 var ErrInvalidCursor = errors.New("invalid cursor")
 
 const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,
-	s.last_seq, s.steps, s.last_method, s.control, s.decisions,
+	s.last_seq, s.steps, s.last_method, s.control, s.decisions, s.key_id,
 	coalesce((SELECT sum(p.pending) FROM session_pending_holds p
 		WHERE p.session_id = s.id), 0)`
 
@@ -102,7 +102,7 @@ func scanSession(sc scanner) (Session, error) {
 		decisions           string
 	)
 	if err := sc.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
-		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.PendingHolds); err != nil {
+		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID, &s.PendingHolds); err != nil {
 		return Session{}, err
 	}
 	s.FirstSeen = time.Unix(0, firstSeen).UTC()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -202,3 +203,55 @@ func TestSessionsRejectsForeignCursor(t *testing.T) {
 }
 
 func encodeCursorRaw(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func TestSessionOwnersAreTheFirstToClaim(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+
+	// The first steps name neither: the session has no owner yet.
+	save(t, db, step("s", "allow", 0))
+	s, err := db.Session(ctx, "s")
+	require.NoError(t, err)
+	require.Empty(t, s.AgentID)
+	require.Empty(t, s.KeyID)
+
+	// The first step naming an agent and a key claims the session; later ones change nothing.
+	claim := step("s", "allow", time.Second)
+	claim.AgentID, claim.KeyID = "agent-a", "key_a"
+	save(t, db, claim)
+	other := step("s", "allow", 2*time.Second)
+	other.AgentID, other.KeyID, other.AgentName = "agent-b", "key_b", "B"
+	save(t, db, other)
+	s, err = db.Session(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, "agent-a", s.AgentID)
+	require.Equal(t, "key_a", s.KeyID)
+	require.Equal(t, "B", s.AgentName)
+
+	// Steps of one session ingested in one batch, in any order: the oldest naming an owner
+	// wins there too.
+	var d sessionDelta
+	d.add(&stepArgs{sessionID: "b", decision: "allow", agentID: "agent-later", keyID: "key_later"}, 12)
+	d.add(&stepArgs{sessionID: "b", decision: "allow"}, 10)
+	d.add(&stepArgs{sessionID: "b", decision: "allow", agentID: "agent-first", keyID: "key_first"}, 11)
+	require.Equal(t, "agent-first", d.agentID)
+	require.Equal(t, "key_first", d.keyID)
+
+	// The owners and each step's key survive a restart.
+	require.NoError(t, db.Close())
+	db, err = Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	s, err = db.Session(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, "key_a", s.KeyID)
+	got, err := db.Step(ctx, other.Seq)
+	require.NoError(t, err)
+	require.Equal(t, "key_b", got.KeyID)
+	page, err := db.Sessions(ctx, SessionQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, 1)
+	require.Equal(t, "key_a", page.Sessions[0].KeyID)
+}

@@ -33,6 +33,7 @@ func appendStepFields(b []byte, rec *StepRecord) []byte {
 	b = appendOptString(b, `,"agentId":`, rec.AgentID)
 	b = appendOptString(b, `,"agentName":`, rec.AgentName)
 	b = appendOptString(b, `,"userId":`, rec.UserID)
+	b = appendOptString(b, `,"keyId":`, rec.KeyID)
 	b = appendOptString(b, `,"tool":`, rec.Tool)
 	b = append(b, `,"decision":`...)
 	b = AppendJSONString(b, rec.Decision)

@@ -13,19 +13,22 @@ import (
 
 const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
 	agent_id, agent_name, user_id, tool, decision, received_at, request, response,
-	matched_rules, latency_micros, text, held)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	matched_rules, latency_micros, text, held, key_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // sqlUpsertSession adds a group of steps of one session with one decision (?8 of them) to
-// its summary. Identity fields are only overwritten by steps that carry them, so a session
-// keeps its agent and user when later steps (MCP, A2A) do not name them. last_seen never
-// moves back when a step received earlier is stored later. A row without steps (created by
-// a session control before the first step) takes its times from the first steps.
+// its summary. The agent id and key id are the session's owners: set by the first step
+// that carries one, never changed after (the guardian refuses steps of other owners). The
+// agent name and user are overwritten only by steps that carry them, so a session keeps
+// them when later steps (MCP, A2A) do not name them. last_seen never moves back when a
+// step received earlier is stored later. A row without steps (created by a session control
+// before the first step) takes its times from the first steps.
 const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_id,
-	first_seen, last_seen, last_seq, steps, last_method, decisions)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8))
+	first_seen, last_seen, last_seq, steps, last_method, decisions, key_id)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8), ?12)
 	ON CONFLICT (id) DO UPDATE SET
-		agent_id    = CASE WHEN excluded.agent_id   <> '' THEN excluded.agent_id   ELSE agent_id   END,
+		agent_id    = CASE WHEN agent_id = '' THEN excluded.agent_id ELSE agent_id END,
+		key_id      = CASE WHEN key_id   = '' THEN excluded.key_id   ELSE key_id   END,
 		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE agent_name END,
 		user_id     = CASE WHEN excluded.user_id    <> '' THEN excluded.user_id    ELSE user_id    END,
 		first_seen  = CASE WHEN steps = 0 THEN excluded.first_seen
@@ -59,7 +62,7 @@ func validDecision(d string) bool {
 // stepColumns is the column list every step query scans with scanStep.
 const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
-	text, held`
+	text, held, key_id`
 
 // stepArgs is a step prepared for the writer: validated, encoded and copied, so that the
 // writer never touches the caller's record and the JSON work happens on the caller's
@@ -67,6 +70,7 @@ const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, 
 type stepArgs struct {
 	sessionID, turnID, stepID, method, kind string
 	agentID, agentName, userID, tool        string
+	keyID                                   string
 	decision                                string
 	receivedAt                              int64
 	request, response                       any // string or nil (NULL)
@@ -144,7 +148,7 @@ func newStepArgs(rec *StepRecord) (*stepArgs, error) {
 		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
 		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
 		response: nullableText(rec.Response), matchedRules: string(rules),
-		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
+		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held, keyID: rec.KeyID,
 	}, nil
 }
 
@@ -165,7 +169,7 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	}
 	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
 		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
-		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held); err != nil {
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.keyID); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	return nil
@@ -175,10 +179,13 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 // that the summary row is written once per decision rather than once per step.
 type sessionDelta struct {
 	id, agentID, agentName, userID string
-	first, last                    int64 // received_at
-	lastSeq                        int64
-	lastMethod                     string
-	decisions                      []decisionCount
+	keyID                          string
+	// agentSeq and keySeq are the seqs of the steps agentID and keyID came from.
+	agentSeq, keySeq int64
+	first, last      int64 // received_at
+	lastSeq          int64
+	lastMethod       string
+	decisions        []decisionCount
 }
 
 type decisionCount struct {
@@ -193,10 +200,16 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 	d.first, d.last = min(d.first, a.receivedAt), max(d.last, a.receivedAt)
 	if seq > d.lastSeq {
 		d.lastSeq, d.lastMethod = seq, a.method
-		// The newest step naming an identity wins, as it would step by step.
-		d.agentID = cmp.Or(a.agentID, d.agentID)
+		// The newest step naming a name or user wins, as it would step by step.
 		d.agentName = cmp.Or(a.agentName, d.agentName)
 		d.userID = cmp.Or(a.userID, d.userID)
+	}
+	// The owners are the oldest step's that names one, as the upsert keeps the first.
+	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
+		d.agentID, d.agentSeq = a.agentID, seq
+	}
+	if a.keyID != "" && (d.keyID == "" || seq < d.keySeq) {
+		d.keyID, d.keySeq = a.keyID, seq
 	}
 	for i := range d.decisions {
 		if d.decisions[i].decision == a.decision {
@@ -210,7 +223,7 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 func (d *sessionDelta) apply(b *batchTx) error {
 	for _, c := range d.decisions {
 		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.id, d.agentID, d.agentName, d.userID,
-			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`); err != nil {
+			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`, d.keyID); err != nil {
 			return fmt.Errorf("storage: update session %q: %w", d.id, err)
 		}
 	}
@@ -326,7 +339,7 @@ func scanStep(s scanner) (StepRecord, error) {
 	)
 	if err := s.Scan(&rec.Seq, &rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method,
 		&rec.Kind, &rec.AgentID, &rec.AgentName, &rec.UserID, &rec.Tool, &rec.Decision,
-		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held); err != nil {
+		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID); err != nil {
 		return StepRecord{}, err
 	}
 	rec.ReceivedAt = time.Unix(0, receivedAt).UTC()

@@ -24,6 +24,7 @@ func TestSaveStepRoundTripsEveryField(t *testing.T) {
 		AgentID:    "agent-7",
 		AgentName:  "Mail bot",
 		UserID:     "user@corp.example",
+		KeyID:      "key_0123456789abcdef",
 		Tool:       "send_email",
 		Decision:   "modify",
 		ReceivedAt: time.Date(2025, 1, 2, 3, 4, 5, 123456789, local),

@@ -28,6 +28,8 @@ type StepRecord struct {
 	AgentID   string `json:"agentId,omitempty"`
 	AgentName string `json:"agentName,omitempty"`
 	UserID    string `json:"userId,omitempty"`
+	// KeyID is the id of the API key the step's request authenticated with; empty without.
+	KeyID string `json:"keyId,omitempty"`
 	// Tool is the tool id of a tool call, or the MCP tool name, when there is one.
 	Tool       string    `json:"tool,omitempty"`
 	Decision   string    `json:"decision"`
@@ -58,8 +60,11 @@ type RuleMatch struct {
 
 // Session is the summary of one agent session.
 type Session struct {
-	ID        string           `json:"id"`
+	ID string `json:"id"`
+	// AgentID and KeyID own the session: the agent id and API key id of its first steps
+	// that carried one (see the guardian's session ownership).
 	AgentID   string           `json:"agentId,omitempty"`
+	KeyID     string           `json:"keyId,omitempty"`
 	AgentName string           `json:"agentName,omitempty"`
 	UserID    string           `json:"userId,omitempty"`
 	FirstSeen time.Time        `json:"firstSeen"`

@@ -163,10 +163,10 @@ func (d *decoder) stepContext(c *StepContext) {
 			d.session(&c.Session)
 			has |= 2
 		case "turnId":
-			c.TurnID = d.str()
+			c.TurnID = d.id()
 			has |= 4
 		case "stepId":
-			c.StepID = d.str()
+			c.StepID = d.id()
 			has |= 8
 		case "timestamp":
 			c.Timestamp, c.Time = d.timestamp()
@@ -195,10 +195,10 @@ func (d *decoder) agent(a *Agent) {
 		}
 		switch string(k) {
 		case "name":
-			a.Name = d.str()
+			a.Name = d.id()
 			has |= 1
 		case "id":
-			a.ID = d.str()
+			a.ID = d.id()
 			has |= 2
 		case "instructions":
 			a.Instructions = d.str()
@@ -506,7 +506,7 @@ func (d *decoder) session(s *Session) {
 		}
 		switch string(k) {
 		case "id":
-			s.ID = d.str()
+			s.ID = d.id()
 			has |= 1
 		case "metadata":
 			s.Metadata = d.object()
@@ -529,7 +529,7 @@ func (d *decoder) user(u *User) {
 		}
 		switch string(k) {
 		case "id":
-			u.ID = d.str()
+			u.ID = d.id()
 			has |= 1
 		case "organization":
 			d.organization(&u.Organization)
@@ -939,7 +939,7 @@ func (d *decoder) toolCallRequest(t *ToolCallRequest) {
 			t.ExecutionID = d.str()
 			has |= 1
 		case "toolId":
-			t.ToolID = d.str()
+			t.ToolID = d.id()
 			has |= 2
 		case "inputs":
 			t.Inputs = list(d, (*decoder).toolArgumentValue)

@@ -18,6 +18,11 @@ const (
 	MaxDepth = 64
 	// MaxElements is the largest number of members of one object or elements of one array.
 	MaxElements = 100_000
+	// MaxIDBytes is the longest identifier accepted, in bytes of UTF-8: session, agent,
+	// turn, step, tool and user ids and the agent's name. Ids are stored in indexed columns
+	// and repeated in every session listing and step, so their size is what the console's
+	// pages cost; 256 bytes hold any UUID, URN or readable name.
+	MaxIDBytes = 256
 )
 
 // frame is one open object or array while decoding. Frames double as the JSON path of the
@@ -60,6 +65,9 @@ type decoder struct {
 	// ParseStep): a step has dozens of strings, and a copy each was a third of the
 	// guardian's allocations. Unmarshalers never share: encoding/json may reuse its buffer.
 	share bool
+
+	// a2aContext is where a2aContent found the A2A contextId.
+	a2aContext gpath
 
 	err   *Error // syntax error, or a validation error while binding
 	limit *Error // first depth or size violation; scanning goes on to check syntax
@@ -677,6 +685,82 @@ func (d *decoder) str() string {
 		return unsafe.String(&d.buf[s], e-s)
 	}
 	return makeString(d.buf[s:e], flags)
+}
+
+// id reads an identifier: a string of at most MaxIDBytes bytes of valid UTF-8. Unlike
+// text (str), an id with invalid UTF-8 or an unpaired surrogate escape is refused rather
+// than repaired with U+FFFD: repaired, two distinct ids would name the same session.
+func (d *decoder) id() string {
+	if d.err != nil {
+		return ""
+	}
+	if d.cur() != '"' {
+		d.wrongType("a string")
+		return ""
+	}
+	s, e, flags, ok := d.scanString()
+	if !ok {
+		return ""
+	}
+	raw := d.buf[s:e]
+	if flags == 0 {
+		if len(raw) > MaxIDBytes {
+			d.invalid(idTooLong(len(raw)))
+			return ""
+		}
+		if d.share && e > s {
+			return unsafe.String(&d.buf[s], e-s)
+		}
+		return string(raw)
+	}
+	if !exactText(raw) {
+		d.invalid(idNotUTF8)
+		return ""
+	}
+	v := makeString(raw, flags)
+	if len(v) > MaxIDBytes {
+		d.invalid(idTooLong(len(v)))
+		return ""
+	}
+	return v
+}
+
+// idNotUTF8 is the reason an id with bytes or escapes that are not UTF-8 is refused.
+const idNotUTF8 = "must be valid UTF-8 (no invalid bytes or unpaired surrogate escapes)"
+
+func idTooLong(n int) string {
+	return "must be at most " + strconv.Itoa(MaxIDBytes) + " bytes, not " + strconv.Itoa(n)
+}
+
+// exactText reports whether the contents of a JSON string (which passed scanString)
+// decode without replacement: valid UTF-8, and every \u escape of a surrogate half part
+// of a pair.
+func exactText(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1 : i+5])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if r < 0xDC00 && i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+			if r2 := hex4(raw[i+3 : i+7]); r2 >= 0xDC00 && r2 <= 0xDFFF {
+				i += 6
+				continue
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // optStr reads a string that may also be null.

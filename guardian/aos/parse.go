@@ -310,6 +310,13 @@ func ParseStep(msg json.RawMessage) (*Step, *Error) {
 	if d.err != nil {
 		return nil, d.err
 	}
+	if kind == KindMCP || kind == KindA2A {
+		if err := s.checkProtocolIDs(d.a2aContext); err != nil {
+			return nil, err
+		}
+	} else if s.Context != nil && s.Context.Session.ID != "" {
+		s.sessionField = contextSessionField
+	}
 	// The rules, the history and the stored row all read the text; join it once.
 	s.text, s.hasText = s.joinText(), true
 	return s, nil

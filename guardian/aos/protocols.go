@@ -231,17 +231,26 @@ func (d *decoder) a2aContent(p *A2AParams) {
 	if w.err != nil {
 		d.err = w.err
 	}
+	d.a2aContext = w.contextAt
 }
 
-// gpath is a JSON path built only when an error needs it.
-type gpath struct{ s string }
+// gpath is the JSON path of a value in A2A content, and the member names leading to it from
+// the content (for a path of members only: idx drops them).
+type gpath struct {
+	s    string
+	keys []string
+}
 
-func (g gpath) key(k string) gpath { return gpath{joinPath(g.s, k)} }
-func (g gpath) idx(i int) gpath    { return gpath{g.s + "[" + strconv.Itoa(i) + "]"} }
+func (g gpath) key(k string) gpath {
+	return gpath{joinPath(g.s, k), append(g.keys[:len(g.keys):len(g.keys)], k)}
+}
+func (g gpath) idx(i int) gpath { return gpath{s: g.s + "[" + strconv.Itoa(i) + "]"} }
 
 type a2aWalker struct {
 	p   *A2AParams
 	err *Error
+	// contextAt is where the contextId was found.
+	contextAt gpath
 }
 
 func (w *a2aWalker) fail(at gpath, reason string) {
@@ -286,7 +295,9 @@ func (w *a2aWalker) walk(v map[string]any, at gpath, depth int) {
 		w.setStr(&w.p.MessageID, v["messageId"])
 		w.setStr(&w.p.TaskID, v["taskId"])
 	}
-	w.setStr(&w.p.ContextID, v["contextId"])
+	if id, ok := v["contextId"].(string); ok && w.p.ContextID == "" {
+		w.p.ContextID, w.contextAt = id, at.key("contextId")
+	}
 	if kind, _ := v["kind"].(string); kind == "task" {
 		w.setStr(&w.p.TaskID, v["id"])
 	}

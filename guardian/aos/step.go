@@ -30,6 +30,9 @@ type Step struct {
 	// params afterwards. A Step built by hand joins its text on each call.
 	text    string
 	hasText bool
+	// sessionField is SessionField as ParseStep found it (an A2A contextId's path is known
+	// only while decoding).
+	sessionField string
 }
 
 // IsNotification reports whether the request carried no id: it is processed and stored but

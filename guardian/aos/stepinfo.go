@@ -106,14 +106,9 @@ func (s *Step) SessionHint() string {
 	if s.A2A != nil && s.A2A.ContextID != "" {
 		return s.A2A.ContextID
 	}
-	if m := s.MCP; m != nil {
-		for _, meta := range []any{m.Params["_meta"], m.Result["_meta"], m.Meta} {
-			if meta, ok := meta.(map[string]any); ok {
-				if id, ok := meta["sessionId"].(string); ok && id != "" {
-					return id
-				}
-			}
-		}
+	if s.MCP != nil {
+		id, _ := s.MCP.sessionMeta()
+		return id
 	}
 	return ""
 }

@@ -329,6 +329,16 @@ func KeyID(ctx context.Context) (string, bool) {
 	return k.id, true
 }
 
+// KeyOf returns the API key an /aos request authenticated with: its id and the agent id it is
+// scoped to ("" for any agent). ok is false when the request carried no key.
+func KeyOf(ctx context.Context) (id, agentID string, ok bool) {
+	k, found := ctx.Value(agentKeyKey).(*agentKey)
+	if !found {
+		return "", "", false
+	}
+	return k.id, k.agentID, true
+}
+
 // CheckAgent returns an unauthorized JSON-RPC error (code -32004) when the request's key is
 // scoped to an agent other than agentID. A step that names no agent passes: it claims no
 // identity, and the caller may attribute it to the key's agent (see AgentScope).
