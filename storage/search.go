@@ -12,9 +12,9 @@ import (
 
 // SearchQuery finds steps by content and attributes. Every set field must match.
 type SearchQuery struct {
-	// Text is free text: words match words of the step (case and accents folded, the last
-	// word also as a prefix, so results follow typing); "quoted words" match as a phrase.
-	// It looks in the text, tool, session, agent, user, decision and matched rules.
+	// Text is free text: words match whole words of the step (case and accents folded); a
+	// word ending in * matches as a beginning (refu* finds refund); "quoted words" match as
+	// a phrase. It looks in the text, tool, session, agent, user, decision and matched rules.
 	Text string
 	// Session, Agent and User match ids from their start ("sess-4" finds "sess-42").
 	Session, Agent, User string
@@ -183,20 +183,28 @@ func (q SearchQuery) match() (string, []string, error) {
 	if len(phrases) > maxSearchTerms {
 		return "", nil, fmt.Errorf("%w: q: at most %d words", ErrBadQuery, maxSearchTerms)
 	}
-	for i, p := range phrases {
+	for _, p := range phrases {
+		// A prefix query merges the lists of every word it names before the first result,
+		// so it is only made where asked for: 300 ms at a million steps against 4 ms.
+		star := !p.quoted && strings.HasSuffix(p.text, "*")
 		term := quote(p.text)
 		if term == "" {
 			continue
 		}
-		if !p.quoted && i == len(phrases)-1 {
+		if star && lastWordLen(p.text) >= minPrefix {
 			term += "*"
 		}
 		parts = append(parts, term)
-		words = append(words, p.text)
+		words = append(words, strings.TrimRight(p.text, "*"))
 	}
+	// Ids match from their start when their last part is long enough to be selective;
+	// a shorter one ("agent-7") matches as a whole.
 	prefix := func(col, v string) {
 		if t := quote(v); t != "" {
-			parts = append(parts, col+" : "+t+"*")
+			if lastWordLen(v) >= minPrefix && !endsInSeparator(v) {
+				t += "*"
+			}
+			parts = append(parts, col+" : "+t)
 		}
 	}
 	exact := func(col, v string) {
@@ -211,6 +219,24 @@ func (q SearchQuery) match() (string, []string, error) {
 	exact("decision", q.Decision)
 	exact("rules", q.Rule)
 	return strings.Join(parts, " AND "), words, nil
+}
+
+// minPrefix is the shortest last word matched as a beginning.
+const minPrefix = 3
+
+// lastWordLen is the length in runes of the last word (letters and digits) of s.
+func lastWordLen(s string) int {
+	words := strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
+	if len(words) == 0 {
+		return 0
+	}
+	return utf8.RuneCountInString(words[len(words)-1])
+}
+
+// endsInSeparator reports whether s ends in something other than a letter or digit.
+func endsInSeparator(s string) bool {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return r != utf8.RuneError && !unicode.IsLetter(r) && !unicode.IsNumber(r)
 }
 
 type phrase struct {

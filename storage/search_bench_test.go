@@ -35,12 +35,12 @@ func BenchmarkSearch(b *testing.B) {
 	defer db.Close()
 	var have int
 	require.NoError(b, db.Reader().QueryRow(`SELECT count(*) FROM steps`).Scan(&have))
+	start := time.Now()
 	if have < n {
-		start := time.Now()
 		fillSearchBench(b, db, n-have)
-		require.NoError(b, db.IndexComplete(ctx))
-		b.Logf("built %d steps and their index in %s", n-have, time.Since(start).Round(time.Second))
 	}
+	require.NoError(b, db.IndexComplete(ctx))
+	b.Logf("%d steps; built what was missing, and its index, in %s", n, time.Since(start).Round(time.Second))
 	// A word that occurs in a few hundred steps, one in most, and filters alone.
 	var rare string
 	require.NoError(b, db.Reader().QueryRow(`SELECT tool FROM steps WHERE decision = 'deny' LIMIT 1`).Scan(&rare))
@@ -52,7 +52,7 @@ func BenchmarkSearch(b *testing.B) {
 		{"two words", SearchQuery{Text: "refund invoice"}},
 		{"rare word", SearchQuery{Text: "word7777"}},
 		{"phrase", SearchQuery{Text: `"monthly report"`}},
-		{"prefix", SearchQuery{Text: "refu"}},
+		{"prefix", SearchQuery{Text: "refu*"}},
 		{"decision deny", SearchQuery{Decision: "deny"}},
 		{"held", SearchQuery{Decision: "held"}},
 		{"word and agent and decision", SearchQuery{Text: "invoice", Agent: "agent-7", Decision: "deny"}},
