@@ -51,11 +51,13 @@ type proc struct {
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
-// startVigil runs `vigil serve` on a loopback port chosen by the system over dbPath and waits
-// until it prints its URL. The process is killed at the end of the test if still running.
-func startVigil(t *testing.T, bin, dbPath string) *proc {
+// startVigil runs `vigil serve` on a loopback port chosen by the system over dbPath, with
+// extra flags, and waits until it prints its URL. The process is killed at the end of the
+// test if still running.
+func startVigil(t *testing.T, bin, dbPath string, extra ...string) *proc {
 	t.Helper()
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", dbPath, "--log-level", "warn"}
+	args = append(args, extra...)
 	args = append(args, strings.Fields(os.Getenv("VIGIL_SYSTEST_ARGS"))...)
 	cmd := exec.Command(bin, args...)
 	// The developer's own VIGIL_* settings must not change the server under test.
