@@ -11,7 +11,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
 
-.PHONY: run build desktop frontend test lint test-go fuzz systest test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -73,6 +73,11 @@ SOAK ?= 60s
 ## systest: crash test (SIGKILL under load) and bounded soak test against the built binary.
 systest: build
 	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 20m ./test/
+
+## memtest: 1000 held steps of 1 MiB against the built binary; the server's RSS must stay
+## under 3x the held bytes (about 2 GB through the server, under a minute; not in `test`).
+memtest: build
+	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_MEMTEST=1 $(GO) test -count=1 -v -timeout 5m -run TestHeldStepMemory ./test/
 
 test-frontend: deps-frontend
 	cd frontend && $(NPM) run check && $(NPM) test

@@ -40,6 +40,10 @@ type Config struct {
 	MaxBodyBytes int64
 	HoldTimeout  time.Duration
 	MaxHolds     int
+	// MaxHoldBytes bounds the summed request sizes of pending holds; MaxHoldsPerAgent is
+	// one agent's share of MaxHolds (0: a quarter), and the same share of MaxHoldBytes.
+	MaxHoldBytes     int64
+	MaxHoldsPerAgent int
 	// DefaultDecision is answered when no rule matches.
 	DefaultDecision string
 	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
@@ -73,7 +77,7 @@ func main() {
 	// The guardian's live heap is small (tens of MB) but every step allocates: collecting
 	// less often buys a quarter more throughput for a few tens of MB. GOGC still overrides.
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(400)
+		debug.SetGCPercent(gcPercent)
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -143,6 +147,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.Int64Var(&cfg.MaxBodyBytes, "max-body", 10<<20, "largest accepted /aos request body in bytes")
 	fset.DurationVar(&cfg.HoldTimeout, "hold-timeout", 5*time.Minute, "default time a held step waits for an operator")
 	fset.IntVar(&cfg.MaxHolds, "max-holds", 1000, "most holds pending at once; further holds fail closed")
+	cfg.MaxHoldBytes = 256 << 20
+	fset.Var((*byteSize)(&cfg.MaxHoldBytes), "max-hold-bytes", "most bytes of held requests pending at once (e.g. 256MiB); further holds fail closed")
+	fset.IntVar(&cfg.MaxHoldsPerAgent, "max-holds-per-agent", 0, "most holds one agent (or session without an agent id) may have pending, and its share of -max-hold-bytes; 0 = a quarter of -max-holds")
 	fset.BoolVar(&cfg.Insecure, "insecure", false, "serve a non-loopback address without operator accounts and agent keys (not recommended)")
 	fset.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS")
 	fset.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM)")
@@ -187,6 +194,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return cfg, errors.New("-tls-cert and -tls-key go together")
+	}
+	if cfg.MaxHoldsPerAgent < 0 || cfg.MaxHoldsPerAgent > cfg.MaxHolds {
+		return cfg, fmt.Errorf("-max-holds-per-agent: must be between 0 (a quarter of -max-holds) and -max-holds (%d), got %d", cfg.MaxHolds, cfg.MaxHoldsPerAgent)
 	}
 	switch cfg.DefaultDecision {
 	case "allow", "deny":

@@ -83,6 +83,24 @@ func TestConfigFromEnvironmentAndFlags(t *testing.T) {
 	require.ErrorContains(t, err, "default-decision")
 }
 
+func TestHoldLimitFlags(t *testing.T) {
+	cfg, err := parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 256<<20, cfg.MaxHoldBytes)
+	require.Zero(t, cfg.MaxHoldsPerAgent, "a quarter of --max-holds")
+
+	t.Setenv("VIGIL_MAX_HOLD_BYTES", "1GiB")
+	cfg, err = parseConfig("serve", []string{"--max-holds", "40", "--max-holds-per-agent", "40"}, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<30, cfg.MaxHoldBytes)
+	require.Equal(t, 40, cfg.MaxHoldsPerAgent)
+
+	_, err = parseConfig("serve", []string{"--max-holds", "40", "--max-holds-per-agent", "41"}, io.Discard)
+	require.ErrorContains(t, err, "max-holds-per-agent")
+	_, err = parseConfig("serve", []string{"--max-hold-bytes", "lots"}, io.Discard)
+	require.ErrorContains(t, err, "max-hold-bytes")
+}
+
 func TestCommands(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

@@ -201,16 +201,24 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Remember: func(ctx context.Context, r rules.Rule) error {
 			return rs.Upsert(ctx, r, "approve-and-remember")
 		},
-		OperatorFrom:   auth.OperatorFrom,
-		MaxPending:     cfg.MaxHolds,
-		DefaultTimeout: cfg.HoldTimeout,
-		Logger:         log,
+		OperatorFrom:       auth.OperatorFrom,
+		MaxPending:         cfg.MaxHolds,
+		MaxPendingBytes:    cfg.MaxHoldBytes,
+		MaxPendingPerAgent: cfg.MaxHoldsPerAgent,
+		DefaultTimeout:     cfg.HoldTimeout,
+		Logger:             log,
 	})
-	// Holds left pending by a previous run are resolved (timed out) before any new traffic.
+	// Holds left pending by a previous run are marked interrupted before any new traffic.
 	if err := hm.Start(ctx); err != nil {
 		return fail(fmt.Errorf("resolve holds left pending: %w", err))
 	}
 	s.holds = hm
+	limitDone := make(chan struct{})
+	go func() {
+		defer close(limitDone)
+		limitHeldMemory(runCtx, hm.PendingBytes)
+	}()
+	s.closers = append(s.closers, func() { s.cancel(); <-limitDone })
 
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
@@ -278,8 +286,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 func (s *server) Shutdown(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	// Answer agents waiting on held steps first (with their timeout decision), so the HTTP
-	// shutdown does not wait for reviewers who are not coming.
+	// Answer agents waiting on held steps first (a retryable deny, never an approval), so
+	// the HTTP shutdown does not wait for reviewers who are not coming.
 	if err := s.holds.Shutdown(ctx); err != nil {
 		s.log.Warn("release held steps", "err", err)
 	}

@@ -309,6 +309,9 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 		return v, ""
 	}
 	done := LongWait(ctx)
+	// The step's joined text would be a second copy of its content for as long as it
+	// waits; it is joined again when the step is stored.
+	step.ForgetText()
 	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
 	done()
 	if err != nil {
@@ -316,6 +319,10 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 		v.Decision = string(aos.Deny)
 		v.Message = "The step could not be queued for review; denied."
 		return v, ""
+	}
+	if out.ReasonCode != "" {
+		// First: the reason for this answer, ahead of the codes of the rules that held it.
+		v.ReasonCodes = append([]string{out.ReasonCode}, v.ReasonCodes...)
 	}
 	v.Decision = out.Decision
 	if out.Message != "" {

@@ -3,6 +3,7 @@ package guardian
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -31,6 +32,9 @@ type HoldOutcome struct {
 	HoldID string
 	// RuleID replaces the deciding rule when a remembered approval let the step through.
 	RuleID string
+	// ReasonCode, when set, comes first among the answer's reason codes: why the queue
+	// answered by itself (holds.ReasonQueueFull, holds.ReasonRestarting).
+	ReasonCode string
 }
 
 // HoldService parks held steps until an operator or a timeout decides, and knows which
@@ -55,7 +59,8 @@ func (h ManagerHolds) AttachStep(ctx context.Context, holdID string, seq int64) 
 	return h.M.AttachStep(ctx, holdID, seq)
 }
 
-// Hold implements HoldService.
+// Hold implements HoldService. A full queue or a stopping guardian is answered here, as a
+// deny with its own reason code, rather than as an error.
 func (h ManagerHolds) Hold(ctx context.Context, req HoldRequest) (HoldOutcome, error) {
 	s := req.Step
 	r := holds.Request{
@@ -65,26 +70,58 @@ func (h ManagerHolds) Hold(ctx context.Context, req HoldRequest) (HoldOutcome, e
 		Tool:      s.ToolID(),
 		RuleID:    req.Verdict.RuleID,
 		Message:   req.Verdict.Message,
+		// Request and Params share the body as received: a waiting hold holds it once.
 		Request:   s.Raw,
-		Inputs:    s.Inputs(),
+		Params:    s.Params,
+		Size:      int64(len(s.Raw)),
+		Inputs:    s.Inputs,
 		Timeout:   req.Verdict.HoldTimeout,
 		OnTimeout: rules.Action(req.Verdict.HoldOnTimeout),
 		Matches:   req.Verdict.Matches,
+	}
+	if m := req.Verdict.Modify; m != nil {
+		r.Modify = applyModification(s.Method, m)
 	}
 	if s.Context != nil {
 		r.AgentID = s.Context.Agent.ID
 	}
 	out, err := h.M.Hold(ctx, r)
-	if err != nil {
+	var full *holds.QueueFullError
+	switch {
+	case errors.As(err, &full):
+		return HoldOutcome{Decision: string(aos.Deny), ReasonCode: holds.ReasonQueueFull,
+			Message: "The step needs review, but the review queue is full (" + full.Limit + "); denied."}, nil
+	case errors.Is(err, holds.ErrClosed):
+		return HoldOutcome{Decision: string(aos.Deny), ReasonCode: holds.ReasonRestarting,
+			Message: "The guardian is restarting: the step was not reviewed and is denied; send it again shortly."}, nil
+	case err != nil:
 		return HoldOutcome{}, fmt.Errorf("hold: %w", err)
 	}
 	return HoldOutcome{
-		Decision: string(out.Decision),
-		Message:  out.Message,
-		Params:   out.Params,
-		HoldID:   out.Hold.ID,
-		RuleID:   out.RuleID,
+		Decision:   string(out.Decision),
+		Message:    out.Message,
+		Params:     out.Params,
+		HoldID:     out.Hold.ID,
+		RuleID:     out.RuleID,
+		ReasonCode: out.ReasonCode,
 	}, nil
+}
+
+// applyModification returns a function that applies m to params of method, as the rules
+// apply it to a step an agent sent: to the step's own params when a held step is approved,
+// or to an operator's edit.
+func applyModification(method string, m *rules.Modification) func(json.RawMessage) (json.RawMessage, error) {
+	return func(params json.RawMessage) (json.RawMessage, error) {
+		req, err := json.Marshal(aos.Request{JSONRPC: "2.0", ID: json.RawMessage("0"), Method: method, Params: params})
+		if err != nil {
+			return nil, fmt.Errorf("params: %w", err)
+		}
+		step, perr := aos.ParseStep(req)
+		if perr != nil {
+			return nil, perr
+		}
+		return modifiedParams(step, m)
+	}
 }
 
 // ValidateParams checks params for a method exactly as if an agent had sent them, so an

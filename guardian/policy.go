@@ -23,6 +23,11 @@ type Verdict struct {
 	Matches []storage.RuleMatch
 	// ModifiedParams replaces the step's params when Decision is modify.
 	ModifiedParams json.RawMessage
+	// Modify is the merged modification of the enforced modify rules that matched (nil when
+	// none did). With a hold (a hold rule, or a paused session) it applies to whatever lets
+	// the step through: an approval, an operator's edit, a remembered approval, an allow on
+	// timeout.
+	Modify *rules.Modification
 	// HoldTimeout and HoldOnTimeout apply when Decision is hold.
 	HoldTimeout   time.Duration
 	HoldOnTimeout string

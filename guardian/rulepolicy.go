@@ -60,7 +60,12 @@ func FromRulesVerdict(step *aos.Step, rv rules.Verdict, log *slog.Logger) Verdic
 			return v
 		}
 		v.ModifiedParams = params
+		// Kept for a paused session, which holds the step instead.
+		v.Modify = rv.Modify
 	case rules.ActionHold:
+		// The engine returns the modify rules that matched with the hold; they apply if
+		// the step is let through.
+		v.Modify = rv.Modify
 		if rv.Hold != nil {
 			v.HoldTimeout = time.Duration(rv.Hold.Timeout)
 			v.HoldOnTimeout = string(rv.Hold.OnTimeout)

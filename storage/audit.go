@@ -21,6 +21,8 @@ const (
 	AuditHoldModified  = "hold.modified"
 	AuditHoldTimedOut  = "hold.timedOut"
 	AuditHoldAbandoned = "hold.abandoned"
+	// AuditHoldInterrupted records a hold ended by the guardian stopping (HoldInterrupted).
+	AuditHoldInterrupted = "hold.interrupted"
 
 	AuditSessionPause  = "session.pause"
 	AuditSessionResume = "session.resume"

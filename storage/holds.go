@@ -23,6 +23,10 @@ const (
 	HoldModified  = "modified"
 	HoldTimedOut  = "timedOut"
 	HoldAbandoned = "abandoned"
+	// HoldInterrupted ends a hold whose guardian stopped before anyone decided: a graceful
+	// shutdown answers its agent with a retryable deny; after a crash the agent got nothing
+	// (its connection ended with the process) and the decision stays empty.
+	HoldInterrupted = "interrupted"
 )
 
 // Live event types of holds and session controls.
@@ -52,7 +56,8 @@ type Hold struct {
 	// OnTimeout is the decision answered when the deadline passes: allow or deny.
 	OnTimeout string `json:"onTimeout"`
 	Status    string `json:"status"`
-	// Decision is the answer the agent got (allow, deny, modify); empty while pending.
+	// Decision is the answer the agent got (allow, deny, modify); empty while pending, and
+	// for a hold interrupted by a crash, whose agent got no answer.
 	Decision  string    `json:"decision"`
 	DecidedBy string    `json:"decidedBy"`
 	DecidedAt time.Time `json:"decidedAt,omitzero"`
@@ -63,7 +68,8 @@ type Hold struct {
 
 // HoldResolution is how a pending hold ended.
 type HoldResolution struct {
-	// Status is one of the final statuses (approved, denied, modified, timedOut, abandoned).
+	// Status is one of the final statuses (approved, denied, modified, timedOut, abandoned,
+	// interrupted).
 	Status string
 	// Decision is the answer given to the agent: allow, deny or modify.
 	Decision  string
@@ -204,7 +210,7 @@ func (db *DB) CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]Eve
 // empty (session, hold, rule, decision, note) are filled from the hold.
 func (db *DB) ResolveHold(ctx context.Context, id string, res HoldResolution, audit *AuditEntry) (Hold, []Event, error) {
 	switch res.Status {
-	case HoldApproved, HoldDenied, HoldModified, HoldTimedOut, HoldAbandoned:
+	case HoldApproved, HoldDenied, HoldModified, HoldTimedOut, HoldAbandoned, HoldInterrupted:
 	default:
 		return Hold{}, nil, fmt.Errorf("storage: resolve hold %s: invalid status %q", id, res.Status)
 	}
@@ -308,13 +314,14 @@ func (db *DB) eventAuditTx(tx *sql.Tx, typ, sessionID string, at time.Time, payl
 	return append(events, aev), nil
 }
 
-// RestartNote is the note of holds resolved by ResolvePendingOnStartup.
-const RestartNote = "guardian restarted while pending"
+// RestartNote is the note of holds ended by ResolvePendingOnStartup.
+const RestartNote = "guardian stopped while pending; the agent's connection was lost with the process"
 
-// ResolvePendingOnStartup ends every hold left pending by a previous run (whose agents can
-// no longer be answered) as timed out with its onTimeout decision and RestartNote, each
-// with its hold.resolved event and a hold.timedOut audit entry, in one transaction. It
-// returns the resolved holds, oldest first, and the events written.
+// ResolvePendingOnStartup ends every hold left pending by a previous run as interrupted,
+// with RestartNote and no decision: its agent's connection ended with that process, so it
+// never received one, and none is recorded as if it had. Each hold gets its hold.resolved
+// event and a hold.interrupted audit entry, in one transaction. It returns the ended holds,
+// oldest first, and the events written.
 func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hold, []Event, error) {
 	now = holdTime(now)
 	if now.IsZero() {
@@ -326,10 +333,10 @@ func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hol
 	)
 	err := db.Exec(ctx, func(tx *sql.Tx) error {
 		holds, events = holds[:0], events[:0]
-		rows, err := tx.Query(`UPDATE holds SET status = ?, decision = on_timeout,
+		rows, err := tx.Query(`UPDATE holds SET status = ?, decision = '',
 			decided_by = '', decided_at = ?, note = ?
 			WHERE status = 'pending' RETURNING `+holdColumns,
-			HoldTimedOut, holdNanos(now), RestartNote)
+			HoldInterrupted, holdNanos(now), RestartNote)
 		if err != nil {
 			return fmt.Errorf("storage: resolve pending holds: %w", err)
 		}
@@ -352,7 +359,7 @@ func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hol
 			return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 		})
 		for _, h := range holds {
-			a, err := prepareAudit(&AuditEntry{Type: AuditHoldTimedOut,
+			a, err := prepareAudit(&AuditEntry{Type: AuditHoldInterrupted,
 				Detail: json.RawMessage(`{"reason":"restart"}`)}, now)
 			if err != nil {
 				return err

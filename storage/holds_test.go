@@ -267,15 +267,16 @@ func TestResolvePendingOnStartupAfterReopen(t *testing.T) {
 	require.Len(t, holds, 2)
 	require.Equal(t, "p1", holds[0].ID)
 	require.Equal(t, "p2", holds[1].ID)
+	// Their agents' connections ended with the process: no decision reached them, and none
+	// is recorded (p2's onTimeout allow in particular).
 	for _, h := range holds {
-		require.Equal(t, HoldTimedOut, h.Status)
-		require.Equal(t, h.OnTimeout, h.Decision)
+		require.Equal(t, HoldInterrupted, h.Status)
+		require.Empty(t, h.Decision)
 		require.Equal(t, RestartNote, h.Note)
 		require.Empty(t, h.DecidedBy)
 		require.True(t, h.DecidedAt.Equal(now))
 	}
-	require.Equal(t, "deny", holds[0].Decision)
-	require.Equal(t, "allow", holds[1].Decision)
+	require.Equal(t, "allow", holds[1].OnTimeout)
 	require.Len(t, evs, 4) // hold.resolved + audit per hold
 	requireSameEvents(t, evs, storedEvents(t, db, lastSeq))
 
@@ -286,12 +287,12 @@ func TestResolvePendingOnStartupAfterReopen(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.PendingHolds)
 
-	entries, err := db.ListAudit(ctx, AuditQuery{Type: AuditHoldTimedOut})
+	entries, err := db.ListAudit(ctx, AuditQuery{Type: AuditHoldInterrupted})
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
 	require.Equal(t, "p2", entries[0].HoldID) // newest first
 	require.Equal(t, RestartNote, entries[0].Note)
-	require.Equal(t, "allow", entries[0].Decision)
+	require.Empty(t, entries[0].Decision)
 	require.JSONEq(t, `{"reason":"restart"}`, string(entries[0].Detail))
 
 	// Nothing left: a second run is a no-op.

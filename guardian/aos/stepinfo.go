@@ -19,6 +19,11 @@ func (s *Step) Text() string {
 	return s.joinText()
 }
 
+// ForgetText drops the text ParseStep joined; Text joins it again when next asked. A step
+// that waits long (a held step) then keeps its content once, in its request, rather than
+// twice.
+func (s *Step) ForgetText() { s.text, s.hasText = "", false }
+
 func (s *Step) joinText() string {
 	var b strings.Builder
 	add := func(t string) {

@@ -185,7 +185,7 @@ func toolRequest(sid string, amount int) holds.Request {
 		SessionID: sid, AgentID: "agent-1", Method: "steps/toolCallRequest", Kind: "toolCall",
 		Tool: "transfer_funds", RuleID: "big-transfer", Message: "Large transfer",
 		Request: json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":` + params + `}`),
-		Inputs:  map[string]any{"amount": float64(amount), "to": "ACCT-1"},
+		Inputs:  func() map[string]any { return map[string]any{"amount": float64(amount), "to": "ACCT-1"} },
 		Timeout: 2 * time.Minute, OnTimeout: rules.ActionDeny,
 	}
 }

@@ -36,13 +36,25 @@ type (
 
 // Hold statuses, and the status of an Outcome whose step a remembered approval let through.
 const (
-	StatusPending    = storage.HoldPending
-	StatusApproved   = storage.HoldApproved
-	StatusDenied     = storage.HoldDenied
-	StatusModified   = storage.HoldModified
-	StatusTimedOut   = storage.HoldTimedOut
-	StatusAbandoned  = storage.HoldAbandoned
-	StatusRemembered = "remembered"
+	StatusPending   = storage.HoldPending
+	StatusApproved  = storage.HoldApproved
+	StatusDenied    = storage.HoldDenied
+	StatusModified  = storage.HoldModified
+	StatusTimedOut  = storage.HoldTimedOut
+	StatusAbandoned = storage.HoldAbandoned
+	// StatusInterrupted: the guardian stopped before anyone decided.
+	StatusInterrupted = storage.HoldInterrupted
+	StatusRemembered  = "remembered"
+)
+
+// Reason codes of the answers the queue gives by itself.
+const (
+	// ReasonQueueFull: a limit of the review queue was reached, so the step that needed a
+	// review was denied without one.
+	ReasonQueueFull = "HOLD_QUEUE_FULL"
+	// ReasonRestarting: the guardian stopped while the step waited; sending it again once
+	// the guardian is back gets it reviewed.
+	ReasonRestarting = "GUARDIAN_RESTARTING"
 )
 
 // Session controls (states) as Control reports them.
@@ -60,8 +72,13 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultTimeout    = rules.DefaultHoldTimeout
-	DefaultMaxPending = 1000
+	DefaultTimeout         = rules.DefaultHoldTimeout
+	DefaultMaxPending      = 1000
+	DefaultMaxPendingBytes = 256 << 20
+	// DefaultAgentShare is the part of each limit one agent may take when
+	// Options.MaxPendingPerAgent is not set: one agent filling the queue must not deny
+	// every other agent's reviews.
+	DefaultAgentShare = 4
 	maxNote           = 4 << 10
 )
 
@@ -71,7 +88,8 @@ var (
 	ErrConflict = storage.ErrHoldDecided
 	// ErrNotFound is returned for an unknown hold.
 	ErrNotFound = storage.ErrNotFound
-	// ErrTooManyPending is returned by Hold when MaxPending holds are already waiting.
+	// ErrTooManyPending is returned (wrapped in a *QueueFullError) by Hold when a limit of
+	// the review queue is reached.
 	ErrTooManyPending = errors.New("too many pending holds")
 	// ErrClosed is returned by Hold after Shutdown.
 	ErrClosed = errors.New("holds: shut down")
@@ -79,6 +97,16 @@ var (
 	// rule could not be saved.
 	ErrRememberFailed = errors.New("the approval stands, but the remembered rule could not be saved")
 )
+
+// QueueFullError is Hold's error when a limit of the review queue is reached. It wraps
+// ErrTooManyPending; Limit says which limit, in words for the agent.
+type QueueFullError struct {
+	Limit string
+}
+
+func (e *QueueFullError) Error() string { return "holds: the review queue is full: " + e.Limit }
+
+func (e *QueueFullError) Unwrap() error { return ErrTooManyPending }
 
 // FieldError is a caller's mistake in one field; the API answers it with 400 naming Field.
 type FieldError struct {
@@ -132,6 +160,13 @@ type Options struct {
 	// MaxPageBytes bounds one list answer (holds, audit) of the API (default
 	// apijson.MaxPageBytes).
 	MaxPageBytes int
+	// MaxPendingBytes bounds the summed Request.Size of the holds waiting at once (default
+	// DefaultMaxPendingBytes): a held step keeps its request in memory.
+	MaxPendingBytes int64
+	// MaxPendingPerAgent bounds the holds of one agent (Request.AgentID, else its session)
+	// waiting at once (default MaxPending / DefaultAgentShare, at least 1). The same
+	// fraction of MaxPendingBytes bounds that agent's bytes.
+	MaxPendingPerAgent int
 	// DefaultTimeout applies to requests without a timeout (default DefaultTimeout).
 	DefaultTimeout time.Duration
 	Logger         *slog.Logger
@@ -149,8 +184,19 @@ type Request struct {
 	Message string
 	// Request is the step's JSON-RPC request as received.
 	Request json.RawMessage
-	// Inputs are the tool call's arguments, used to remember an approval by inputs.
-	Inputs map[string]any
+	// Params is the params member of Request (sharing its memory); nil reads it from
+	// Request when needed.
+	Params json.RawMessage
+	// Size is what the hold is charged against the byte limits: the request's size.
+	Size int64
+	// Inputs returns the tool call's arguments, used to remember an approval by inputs. A
+	// function, so a waiting hold does not keep a parsed copy it rarely needs.
+	Inputs func() map[string]any
+	// Modify, when set, applies the modifications of the modify rules that matched with
+	// the hold to a params object and returns the new params. Every answer that lets the
+	// step through (an approval, an edit, a remembered approval, an allow on timeout)
+	// carries its result, so approving never drops a redaction the rules require.
+	Modify func(params json.RawMessage) (json.RawMessage, error)
 	// Timeout is how long to wait (zero: Options.DefaultTimeout); OnTimeout is the decision
 	// then, allow or deny (anything else: deny).
 	Timeout   time.Duration
@@ -166,7 +212,8 @@ type Outcome struct {
 	Status string
 	// Decision is the answer for the agent: allow, deny or modify.
 	Decision rules.Action
-	// Params are the operator's params when Decision is modify.
+	// Params are the step's final params when Decision is modify: the operator's edit
+	// and/or the rules' modifications applied.
 	Params   json.RawMessage
 	Operator string
 	Note     string
@@ -174,6 +221,9 @@ type Outcome struct {
 	Message string
 	// RuleID is the remembered approval's rule when Status is StatusRemembered.
 	RuleID string
+	// ReasonCode, when set, is the reason code of an answer the queue gave by itself
+	// (ReasonRestarting).
+	ReasonCode string
 	// Hold is the hold as resolved (zero when Status is StatusRemembered).
 	Hold Hold
 }
@@ -196,13 +246,19 @@ type Manager struct {
 	operatorFrom   func(*http.Request) (string, bool)
 	maxPending     int
 	maxPageBytes   int
+	maxBytes       int64
+	agentMax       int
+	agentMaxBytes  int64
 	defaultTimeout time.Duration
 	log            *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]*waiter
-	started bool
-	closed  bool
+	// pendingBytes and agents are what the waiting holds are charged, in all and per agent.
+	pendingBytes int64
+	agents       map[string]*agentShare
+	started      bool
+	closed       bool
 	// closing is closed by Shutdown: every waiting hold then times out.
 	closing chan struct{}
 	waiters sync.WaitGroup
@@ -218,6 +274,9 @@ type Manager struct {
 type waiter struct {
 	id  string
 	req Request
+	// agent is the key of the hold's share of the limits; size is what it is charged.
+	agent string
+	size  int64
 	// decide carries an operator's decision to the owner; done is closed once the hold is
 	// resolved, so a decision that arrives later conflicts instead of waiting.
 	decide chan *decideReq
@@ -234,6 +293,12 @@ type decideReq struct {
 	rule     *rules.Rule
 	scope    string
 	reply    chan decideResult
+}
+
+// agentShare is what one agent's waiting holds take of the limits.
+type agentShare struct {
+	n     int
+	bytes int64
 }
 
 type decideResult struct {
@@ -254,7 +319,10 @@ func NewManager(opts Options) *Manager {
 		maxPageBytes:   opts.MaxPageBytes,
 		defaultTimeout: opts.DefaultTimeout,
 		log:            opts.Logger,
+		maxBytes:       opts.MaxPendingBytes,
+		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
+		agents:         make(map[string]*agentShare),
 		closing:        make(chan struct{}),
 		controls:       make(map[string]string),
 	}
@@ -270,6 +338,15 @@ func NewManager(opts Options) *Manager {
 	if m.maxPageBytes <= 0 {
 		m.maxPageBytes = apijson.MaxPageBytes
 	}
+	if m.maxBytes <= 0 {
+		m.maxBytes = DefaultMaxPendingBytes
+	}
+	if m.agentMax <= 0 {
+		m.agentMax = max(1, m.maxPending/DefaultAgentShare)
+	}
+	m.agentMax = min(m.agentMax, m.maxPending)
+	// The agent's byte share is its share of the holds.
+	m.agentMaxBytes = max(1, int64(float64(m.maxBytes)*float64(m.agentMax)/float64(m.maxPending)))
 	if m.defaultTimeout <= 0 {
 		m.defaultTimeout = DefaultTimeout
 	}
@@ -279,9 +356,9 @@ func NewManager(opts Options) *Manager {
 	return m
 }
 
-// Start resolves holds a previous run left pending (as timed out with their onTimeout
-// decision: their agents' connections are gone) and loads the session controls. Call it
-// once, before the first Hold.
+// Start ends the holds a previous run left pending as interrupted (their agents'
+// connections ended with that process, so no decision is recorded for them) and loads the
+// session controls. Call it once, before the first Hold.
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	if m.started || len(m.pending) > 0 {
@@ -296,8 +373,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		return fmt.Errorf("holds: resolve holds left pending: %w", err)
 	}
 	for _, h := range resolved {
-		m.log.Warn("hold left pending by a previous run resolved as timed out",
-			"hold", h.ID, "session", h.SessionID, "rule", h.RuleID, "decision", h.Decision)
+		m.log.Warn("hold left pending by a previous run marked interrupted; its agent got no answer",
+			"hold", h.ID, "session", h.SessionID, "rule", h.RuleID)
 	}
 	m.publishAll(events)
 
@@ -311,9 +388,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown ends every pending hold as timed out (note "guardian shut down while pending"),
-// so waiting agents get their onTimeout answer before the server stops, and refuses new
-// holds. It returns when all holds are resolved or ctx ends.
+// Shutdown ends every pending hold as interrupted: its agent is denied with
+// ReasonRestarting (never approved, whatever the hold's onTimeout), so it can send the step
+// again once the guardian is back. It refuses new holds, and returns when all holds are
+// resolved or ctx ends.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	if !m.closed {
@@ -341,6 +419,43 @@ func (m *Manager) Pending() int {
 	return len(m.pending)
 }
 
+// PendingBytes reports the summed Request.Size of the holds waiting.
+func (m *Manager) PendingBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pendingBytes
+}
+
+// admit registers w unless a limit of the queue is reached; it runs under m.mu.
+func (m *Manager) admit(w *waiter) error {
+	sh := m.agents[w.agent]
+	if sh == nil {
+		sh = &agentShare{}
+	}
+	switch {
+	case m.closed:
+		return ErrClosed
+	case len(m.pending) >= m.maxPending:
+		return &QueueFullError{Limit: fmt.Sprintf("%d steps are waiting for review (at most %d)",
+			len(m.pending), m.maxPending)}
+	case m.pendingBytes+w.size > m.maxBytes:
+		return &QueueFullError{Limit: fmt.Sprintf("the steps waiting for review take %d bytes, and this one %d more (at most %d)",
+			m.pendingBytes, w.size, m.maxBytes)}
+	case sh.n >= m.agentMax:
+		return &QueueFullError{Limit: fmt.Sprintf("this agent has %d steps waiting for review (at most %d per agent)",
+			sh.n, m.agentMax)}
+	case sh.bytes+w.size > m.agentMaxBytes:
+		return &QueueFullError{Limit: fmt.Sprintf("this agent's steps waiting for review take %d bytes, and this one %d more (at most %d per agent)",
+			sh.bytes, w.size, m.agentMaxBytes)}
+	}
+	sh.n++
+	sh.bytes += w.size
+	m.agents[w.agent] = sh
+	m.pendingBytes += w.size
+	m.pending[w.id] = w
+	return nil
+}
+
 // Hold parks a step until an operator decides, the timeout passes or ctx ends (the agent
 // went away), and reports how it ended. The hold is stored and published (hold.created)
 // before Hold waits. An error means no hold was placed (MaxPending reached, shut down, or
@@ -354,8 +469,7 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 	}
 	if req.RuleID != PauseRuleID {
 		if id, ok := rememberedMatch(req.Matches); ok {
-			return Outcome{Status: StatusRemembered, Decision: rules.ActionAllow, RuleID: id,
-				Message: fmt.Sprintf("Allowed by a remembered approval (rule %s).", id)}, nil
+			return m.remembered(req, id), nil
 		}
 	}
 	timeout := req.Timeout
@@ -379,20 +493,18 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 		Request: req.Request, CreatedAt: now, Deadline: now.Add(timeout),
 		OnTimeout: string(onTimeout), Status: StatusPending,
 	}
-	w := &waiter{id: h.ID, req: req, decide: make(chan *decideReq), done: make(chan struct{})}
+	agent := req.AgentID
+	if agent == "" {
+		agent = "session " + req.SessionID
+	}
+	w := &waiter{id: h.ID, req: req, agent: agent, size: max(0, req.Size),
+		decide: make(chan *decideReq), done: make(chan struct{})}
 
 	m.mu.Lock()
-	switch {
-	case m.closed:
+	if err := m.admit(w); err != nil {
 		m.mu.Unlock()
-		return Outcome{}, ErrClosed
-	case len(m.pending) >= m.maxPending:
-		n := len(m.pending)
-		m.mu.Unlock()
-		return Outcome{}, fmt.Errorf("holds: %w: %d holds are waiting for an operator (the limit is %d)",
-			ErrTooManyPending, n, m.maxPending)
+		return Outcome{}, err
 	}
-	m.pending[h.ID] = w
 	m.waiters.Add(1)
 	m.mu.Unlock()
 	defer m.waiters.Done()
@@ -435,19 +547,72 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 		case <-timer.C():
 			note := fmt.Sprintf("no operator decided within %s", timeout)
 			detail, _ := json.Marshal(map[string]string{"timeout": timeout.String()})
-			return m.finish(w, h, storage.HoldResolution{Status: StatusTimedOut,
-				Decision: h.OnTimeout, Note: note}, storage.AuditHoldTimedOut, detail), nil
+			res := storage.HoldResolution{Status: StatusTimedOut, Decision: h.OnTimeout, Note: note}
+			if res.Decision == string(rules.ActionAllow) && req.Modify != nil {
+				// An allow on timeout lets the step through as an approval would.
+				if p, err := req.final(nil); err != nil {
+					m.log.Error("the modifications that matched with the hold failed; denying on timeout",
+						"hold", h.ID, "err", err)
+					res.Decision = string(rules.ActionDeny)
+					res.Note += "; the modifications the rules require could not be applied, so the step is denied"
+				} else {
+					res.Decision, res.Params = string(rules.ActionModify), p
+				}
+			}
+			return m.finish(w, h, res, storage.AuditHoldTimedOut, detail), nil
 		case <-ctx.Done():
 			return m.finish(w, h, storage.HoldResolution{Status: StatusAbandoned,
 				Decision: string(rules.ActionDeny), Note: "agent disconnected while the step was held"},
 				storage.AuditHoldAbandoned, nil), nil
 		case <-m.closing:
+			// Never the onTimeout decision: nobody reviewed the step, and a deny the agent
+			// can retry once the guardian is back loses nothing.
 			detail, _ := json.Marshal(map[string]string{"reason": "shutdown"})
-			return m.finish(w, h, storage.HoldResolution{Status: StatusTimedOut,
-				Decision: h.OnTimeout, Note: "guardian shut down while pending"},
-				storage.AuditHoldTimedOut, detail), nil
+			return m.finish(w, h, storage.HoldResolution{Status: StatusInterrupted,
+				Decision: string(rules.ActionDeny), Note: "guardian shut down while pending"},
+				storage.AuditHoldInterrupted, detail), nil
 		}
 	}
+}
+
+// remembered is the outcome of a step a remembered approval lets through: with the
+// modifications that matched with the hold applied, as an operator's approval would have.
+func (m *Manager) remembered(req Request, ruleID string) Outcome {
+	out := Outcome{Status: StatusRemembered, Decision: rules.ActionAllow, RuleID: ruleID,
+		Message: fmt.Sprintf("Allowed by a remembered approval (rule %s).", ruleID)}
+	if req.Modify == nil {
+		return out
+	}
+	p, err := req.final(nil)
+	if err != nil {
+		m.log.Error("the modifications that matched with the hold failed; denying",
+			"rule", ruleID, "session", req.SessionID, "err", err)
+		return Outcome{Status: StatusRemembered, Decision: rules.ActionDeny, RuleID: ruleID,
+			Message: "Allowed by a remembered approval, but the modifications the rules require could not be applied; denied."}
+	}
+	out.Decision, out.Params = rules.ActionModify, p
+	out.Message = fmt.Sprintf("Allowed by a remembered approval (rule %s), with the rules' modifications.", ruleID)
+	return out
+}
+
+// final returns the params a step is let through with: params (an operator's edit; nil
+// for the step's own) with the modifications that matched with the hold applied. Without
+// modifications it returns params unchanged.
+func (r *Request) final(params json.RawMessage) (json.RawMessage, error) {
+	if r.Modify == nil {
+		return params, nil
+	}
+	if params == nil {
+		params = r.Params
+		if params == nil {
+			params = requestParams(r.Request)
+		}
+	}
+	out, err := r.Modify(params)
+	if err != nil {
+		return nil, fmt.Errorf("holds: apply the modifications that matched with the hold: %w", err)
+	}
+	return out, nil
 }
 
 // finish resolves a hold without an operator (timeout, disconnect, shutdown). When the
@@ -530,6 +695,10 @@ func (m *Manager) decisionAudit(h Hold, d *decideReq) (*AuditEntry, error) {
 		a.Type = storage.AuditHoldDenied
 	case StatusModified:
 		a.Type = storage.AuditHoldModified
+	}
+	// The params the step went out with (an edit, or an approval's modifications) are
+	// audited as a patch of the agent's: what changed, not a second copy of the step.
+	if d.params != nil {
 		ops, err := Diff(requestParams(h.Request), d.params)
 		if err != nil {
 			return nil, fmt.Errorf("holds: diff params: %w", err)
@@ -560,6 +729,14 @@ func (m *Manager) release(w *waiter) {
 	if m.pending[w.id] == w {
 		delete(m.pending, w.id)
 		close(w.done)
+		m.pendingBytes -= w.size
+		if sh := m.agents[w.agent]; sh != nil {
+			sh.n--
+			sh.bytes -= w.size
+			if sh.n == 0 {
+				delete(m.agents, w.agent)
+			}
+		}
 	}
 	m.mu.Unlock()
 }
@@ -567,7 +744,7 @@ func (m *Manager) release(w *waiter) {
 func outcomeOf(h Hold) Outcome {
 	out := Outcome{Status: h.Status, Decision: rules.Action(h.Decision), Operator: h.DecidedBy,
 		Note: h.Note, Hold: h}
-	if h.Status == StatusModified {
+	if out.Decision == rules.ActionModify {
 		out.Params = h.Params
 	}
 	suffix := ""
@@ -577,14 +754,24 @@ func outcomeOf(h Hold) Outcome {
 	switch h.Status {
 	case StatusApproved:
 		out.Message = "Approved by " + h.DecidedBy + suffix
+		if out.Decision == rules.ActionModify {
+			out.Message = "Approved by " + h.DecidedBy + ", with the rules' modifications" + suffix
+		}
 	case StatusDenied:
 		out.Message = "Denied by " + h.DecidedBy + suffix
 	case StatusModified:
 		out.Message = "Modified by " + h.DecidedBy + suffix
 	case StatusTimedOut:
-		out.Message = fmt.Sprintf("Held for review and timed out: %s; decision on timeout: %s.", h.Note, h.Decision)
+		d := h.Decision
+		if out.Decision == rules.ActionModify {
+			d = "allow, with the rules' modifications"
+		}
+		out.Message = fmt.Sprintf("Held for review and timed out: %s; decision on timeout: %s.", h.Note, d)
 	case StatusAbandoned:
 		out.Message = "The agent disconnected while the step was held."
+	case StatusInterrupted:
+		out.Message = "The guardian is restarting: the step was not reviewed and is denied; send it again shortly."
+		out.ReasonCode = ReasonRestarting
 	}
 	return out
 }
@@ -645,6 +832,24 @@ func (m *Manager) decide(ctx context.Context, id string, status string, action r
 			return Hold{}, err
 		}
 		req.params = p
+	}
+	if w.req.Modify != nil {
+		// The modifications that matched with the hold apply to what the operator lets
+		// through: the step as sent, or the operator's edit. Computed here, before the
+		// decision is stored and audited, so both show the params the agent gets.
+		p, err := w.req.final(req.params)
+		if err != nil {
+			return Hold{}, &FieldError{Field: "params", Message: "the modifications the rules require could not be applied: " + err.Error()}
+		}
+		if status == StatusModified {
+			if p, err = m.checkParams(w.req.Method, p); err != nil {
+				return Hold{}, err
+			}
+		}
+		req.params = p
+		if status == StatusApproved {
+			req.decision = rules.ActionModify
+		}
 	}
 	if d.Remember != nil {
 		if m.remember == nil {
@@ -744,9 +949,9 @@ func (m *Manager) AttachStep(ctx context.Context, holdID string, seq int64) erro
 // List returns holds by status ("all" or "" for every status): pending ones oldest first.
 func (m *Manager) List(ctx context.Context, status string, limit int) ([]Hold, error) {
 	switch status {
-	case "", "all", StatusPending, StatusApproved, StatusDenied, StatusModified, StatusTimedOut, StatusAbandoned:
+	case "", "all", StatusPending, StatusApproved, StatusDenied, StatusModified, StatusTimedOut, StatusAbandoned, StatusInterrupted:
 	default:
-		return nil, &FieldError{Field: "status", Message: "status must be pending, approved, denied, modified, timedOut, abandoned or all"}
+		return nil, &FieldError{Field: "status", Message: "status must be pending, approved, denied, modified, timedOut, abandoned, interrupted or all"}
 	}
 	hs, err := m.store.ListHolds(ctx, status, limit)
 	if err != nil {

@@ -174,7 +174,7 @@ func TestOneOfDecisionTimeoutAbandonWins(t *testing.T) {
 
 func TestHundredsOfConcurrentHolds(t *testing.T) {
 	const n = 300
-	e := newEnv(t)
+	e := newEnv(t, func(o *holds.Options) { o.MaxPendingPerAgent = n })
 	chans := make(map[string]<-chan holdResult, n)
 	for i := range n {
 		sid := fmt.Sprintf("s%03d", i)
@@ -288,8 +288,10 @@ func TestRestartResolvesPendingHolds(t *testing.T) {
 
 	var got holds.Hold
 	require.Equal(t, http.StatusOK, e2.call("GET", "/api/holds/"+h.ID, nil, &got))
-	require.Equal(t, holds.StatusTimedOut, got.Status)
-	require.Equal(t, "allow", got.Decision)
+	// The agent's connection ended with the process: it got nothing, and no decision (in
+	// particular not the hold's onTimeout allow) is recorded as if it had.
+	require.Equal(t, holds.StatusInterrupted, got.Status)
+	require.Empty(t, got.Decision)
 	require.Equal(t, storage.RestartNote, got.Note)
 	require.True(t, got.DecidedAt.Equal(start))
 	require.Equal(t, http.StatusOK, e2.call("GET", "/api/holds/"+h2.ID, nil, &got))
@@ -297,8 +299,9 @@ func TestRestartResolvesPendingHolds(t *testing.T) {
 
 	entries := e2.audit(storage.AuditQuery{HoldID: h.ID})
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditHoldTimedOut, entries[0].Type)
+	require.Equal(t, storage.AuditHoldInterrupted, entries[0].Type)
 	require.Equal(t, storage.RestartNote, entries[0].Note)
+	require.Empty(t, entries[0].Decision)
 	require.JSONEq(t, `{"reason":"restart"}`, string(entries[0].Detail))
 
 	resolved := e2.rec.waitN(t, 1, ofType(storage.EventHoldResolved))
@@ -309,31 +312,44 @@ func TestRestartResolvesPendingHolds(t *testing.T) {
 
 	var conflict apiErr
 	require.Equal(t, http.StatusConflict, e2.call("POST", "/api/holds/"+h.ID+"/approve", map[string]any{"operator": "bob"}, &conflict))
-	require.Contains(t, conflict.Error.Message, "timedOut")
+	require.Contains(t, conflict.Error.Message, "interrupted")
+	require.Equal(t, http.StatusOK, e2.call("GET", "/api/holds?status=interrupted", nil, &list))
+	require.Len(t, list.Holds, 1)
+	require.Equal(t, h.ID, list.Holds[0].ID)
 	require.Error(t, e2.m.Start(e2.ctx), "Start runs once")
 }
 
 func TestShutdownAnswersWaitingAgents(t *testing.T) {
 	e := newEnv(t)
-	ch := e.held(e.ctx, toolRequest("s1", 5000))
+	// A hold that allows on timeout: a shutdown must not approve it all the same.
+	req := toolRequest("s1", 5000)
+	req.OnTimeout = rules.ActionAllow
+	ch := e.held(e.ctx, req)
 	h := e.createdHold("s1")
 	ctx, cancel := context.WithTimeout(e.ctx, wait)
 	defer cancel()
 	require.NoError(t, e.m.Shutdown(ctx))
 	r := receive(t, ch)
-	require.Equal(t, holds.StatusTimedOut, r.out.Status)
+	require.Equal(t, holds.StatusInterrupted, r.out.Status)
 	require.Equal(t, rules.ActionDeny, r.out.Decision)
-	require.Contains(t, r.out.Message, "shut down")
+	require.Equal(t, holds.ReasonRestarting, r.out.ReasonCode)
+	require.Contains(t, r.out.Message, "restarting")
 	stored, err := e.m.Get(e.ctx, h.ID)
 	require.NoError(t, err)
-	require.Equal(t, holds.StatusTimedOut, stored.Status)
+	require.Equal(t, holds.StatusInterrupted, stored.Status)
+	require.Equal(t, "deny", stored.Decision)
+	entries := e.audit(storage.AuditQuery{HoldID: h.ID})
+	require.Len(t, entries, 2)
+	require.Equal(t, storage.AuditHoldInterrupted, entries[0].Type)
+	require.Equal(t, "deny", entries[0].Decision)
+	require.JSONEq(t, `{"reason":"shutdown"}`, string(entries[0].Detail))
 
 	_, err = e.m.Hold(e.ctx, toolRequest("s2", 5000))
 	require.ErrorIs(t, err, holds.ErrClosed)
 }
 
 func TestMaxPending(t *testing.T) {
-	e := newEnv(t, func(o *holds.Options) { o.MaxPending = 2 })
+	e := newEnv(t, func(o *holds.Options) { o.MaxPending, o.MaxPendingPerAgent = 2, 2 })
 	ch1 := e.held(e.ctx, toolRequest("s1", 5000))
 	h1 := e.createdHold("s1")
 	ch2 := e.held(e.ctx, toolRequest("s2", 5000))
@@ -341,7 +357,7 @@ func TestMaxPending(t *testing.T) {
 
 	_, err := e.m.Hold(e.ctx, toolRequest("s3", 5000))
 	require.ErrorIs(t, err, holds.ErrTooManyPending)
-	require.ErrorContains(t, err, "the limit is 2")
+	require.ErrorContains(t, err, "at most 2)")
 	require.Len(t, e.audit(storage.AuditQuery{Type: storage.AuditHoldCreated}), 2, "a refused hold is not stored")
 
 	_, err = e.m.Approve(e.ctx, h1.ID, holds.Decision{Operator: "alice"})
@@ -351,6 +367,115 @@ func TestMaxPending(t *testing.T) {
 	e.createdHold("s3")
 	requireWaiting(t, ch2)
 	requireWaiting(t, ch3)
+}
+
+// TestQueueLimits: past the byte budget, or past one agent's share of the holds or of the
+// bytes, a hold is refused with a *QueueFullError naming the limit, and nothing is stored;
+// other agents still get their reviews.
+func TestQueueLimits(t *testing.T) {
+	sized := func(sid, agent string, size int64) holds.Request {
+		r := toolRequest(sid, 5000)
+		r.AgentID, r.Size = agent, size
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   func(*holds.Options)
+		first  []holds.Request // held and waiting
+		refuse holds.Request
+		limit  string
+		other  holds.Request // still held afterwards
+	}{
+		{
+			name:   "bytes",
+			opts:   func(o *holds.Options) { o.MaxPending, o.MaxPendingBytes, o.MaxPendingPerAgent = 10, 1000, 10 },
+			first:  []holds.Request{sized("s1", "a", 600)},
+			refuse: sized("s2", "b", 500),
+			limit:  "the steps waiting for review take 600 bytes, and this one 500 more (at most 1000)",
+			other:  sized("s3", "c", 400),
+		},
+		{
+			name:   "holds per agent",
+			opts:   func(o *holds.Options) { o.MaxPending = 8 }, // a quarter: 2 per agent
+			first:  []holds.Request{sized("s1", "a", 1), sized("s2", "a", 1)},
+			refuse: sized("s3", "a", 1),
+			limit:  "this agent has 2 steps waiting for review (at most 2 per agent)",
+			other:  sized("s4", "b", 1),
+		},
+		{
+			name:   "bytes per agent",
+			opts:   func(o *holds.Options) { o.MaxPendingBytes = 4000 }, // a quarter: 1000 per agent
+			first:  []holds.Request{sized("s1", "a", 700)},
+			refuse: sized("s2", "a", 400),
+			limit:  "this agent's steps waiting for review take 700 bytes, and this one 400 more (at most 1000 per agent)",
+			other:  sized("s3", "b", 900),
+		},
+		{
+			name:   "session without an agent id",
+			opts:   func(o *holds.Options) { o.MaxPending = 4 }, // 1 per agent (or session)
+			first:  []holds.Request{sized("s1", "", 1)},
+			refuse: sized("s1", "", 1),
+			limit:  "this agent has 1 steps waiting for review (at most 1 per agent)",
+			other:  sized("s2", "", 1),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts)
+			var waiting []<-chan holdResult
+			for _, r := range tc.first {
+				waiting = append(waiting, e.held(e.ctx, r))
+			}
+			e.rec.waitN(t, len(tc.first), ofType(storage.EventHoldCreated))
+
+			_, err := e.m.Hold(e.ctx, tc.refuse)
+			var full *holds.QueueFullError
+			require.ErrorAs(t, err, &full)
+			require.ErrorIs(t, err, holds.ErrTooManyPending)
+			require.Equal(t, tc.limit, full.Limit)
+			require.Len(t, e.audit(storage.AuditQuery{Type: storage.AuditHoldCreated}), len(tc.first), "a refused hold is not stored")
+
+			waiting = append(waiting, e.held(e.ctx, tc.other))
+			e.rec.waitN(t, len(tc.first)+1, ofType(storage.EventHoldCreated))
+			for _, ch := range waiting {
+				requireWaiting(t, ch)
+			}
+			require.EqualValues(t, len(tc.first)+1, e.m.Pending())
+		})
+	}
+}
+
+// TestQueueChargesAreReturned: every way a hold ends gives its share back.
+func TestQueueChargesAreReturned(t *testing.T) {
+	e := newEnv(t, func(o *holds.Options) { o.MaxPending, o.MaxPendingPerAgent, o.MaxPendingBytes = 4, 4, 100 })
+	req := func(sid string) holds.Request {
+		r := toolRequest(sid, 5000)
+		r.Size = 100
+		return r
+	}
+	ends := []func(h holds.Hold, cancel context.CancelFunc){
+		func(h holds.Hold, _ context.CancelFunc) {
+			_, err := e.m.Approve(e.ctx, h.ID, holds.Decision{Operator: "alice"})
+			require.NoError(t, err)
+		},
+		func(h holds.Hold, _ context.CancelFunc) {
+			_, err := e.m.Deny(e.ctx, h.ID, holds.Decision{Operator: "alice"})
+			require.NoError(t, err)
+		},
+		func(holds.Hold, context.CancelFunc) { e.clock.Advance(2 * time.Minute) },
+		func(_ holds.Hold, cancel context.CancelFunc) { cancel() },
+	}
+	for i, end := range ends {
+		sid := fmt.Sprintf("s%d", i)
+		ctx, cancel := context.WithCancel(e.ctx)
+		ch := e.held(ctx, req(sid))
+		h := e.createdHold(sid)
+		require.EqualValues(t, 100, e.m.PendingBytes())
+		end(h, cancel)
+		receive(t, ch)
+		cancel()
+		require.Zero(t, e.m.PendingBytes())
+		require.Zero(t, e.m.Pending())
+	}
 }
 
 func TestHoldRequestValidation(t *testing.T) {

@@ -19,7 +19,7 @@ const maxBody = 4 << 20
 
 // Register adds the holds, session control and audit endpoints to mux:
 //
-//	GET  /api/holds?status=pending|approved|denied|modified|timedOut|abandoned|all&limit=N
+//	GET  /api/holds?status=pending|approved|denied|modified|timedOut|abandoned|interrupted|all&limit=N
 //	     → {"holds":[…],"now":…,"more":bool}; more: the list was cut at limit or the byte bound
 //	GET  /api/holds/{id}
 //	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","remember"}

@@ -295,7 +295,7 @@ func TestRememberOverHTTP(t *testing.T) {
 		set := append([]rules.Rule{holdRule}, e.remembered()...)
 		p, err := rules.Compile(set, rules.Options{Now: e.clock.Now})
 		require.NoError(t, err)
-		env := rules.Env{Agent: rules.Agent{ID: req.AgentID}, Tool: req.Tool, Inputs: req.Inputs, Now: e.clock.Now()}
+		env := rules.Env{Agent: rules.Agent{ID: req.AgentID}, Tool: req.Tool, Inputs: req.Inputs(), Now: e.clock.Now()}
 		return p.Evaluate(&env)
 	}
 	matches := func(v rules.Verdict) []storage.RuleMatch {

@@ -85,7 +85,11 @@ func RememberRule(req Request, spec RememberSpec, operator, holdID string, now t
 	switch spec.Scope {
 	case ScopeTool:
 	case ScopeInputs:
-		cond, err := inputsCondition(req.Inputs)
+		var inputs map[string]any
+		if req.Inputs != nil {
+			inputs = req.Inputs()
+		}
+		cond, err := inputsCondition(inputs)
 		if err != nil {
 			return rules.Rule{}, &FieldError{Field: "remember.scope", Message: err.Error()}
 		}

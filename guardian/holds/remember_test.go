@@ -15,6 +15,11 @@ import (
 
 var rememberNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
+// inputsOf is a Request.Inputs returning m.
+func inputsOf(m map[string]any) func() map[string]any {
+	return func() map[string]any { return m }
+}
+
 func decodeInputs(t *testing.T, s string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -40,7 +45,7 @@ func remembers(t *testing.T, r rules.Rule, agent, tool, inputs string) bool {
 }
 
 func TestRememberRuleToolScope(t *testing.T) {
-	req := Request{AgentID: "Agent 1", Tool: "transfer_funds", Inputs: map[string]any{"amount": 5000.0}}
+	req := Request{AgentID: "Agent 1", Tool: "transfer_funds", Inputs: inputsOf(map[string]any{"amount": 5000.0})}
 	r, err := RememberRule(req, RememberSpec{Scope: ScopeTool}, "alice", "h_x", rememberNow)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(r.ID, "remember-agent-1-transfer-funds-"), r.ID)
@@ -71,7 +76,7 @@ func TestRememberRuleInputsScope(t *testing.T) {
 	const inputs = `{"amount":5000,"rate":0.25,"big":1e21,"tiny":-1.5e-7,"to":"ACCT \"7\"\n\u00e9\u0000\ud83d\ude00",
 		"flags":[true,null,{"k":[1,2]}],"meta":{"in":"x","weird key":{"a/b":false},"empty":{}},
 		"none":null,"list":[]}`
-	req := Request{AgentID: "agent-1", Tool: "transfer_funds", Inputs: decodeInputs(t, inputs)}
+	req := Request{AgentID: "agent-1", Tool: "transfer_funds", Inputs: inputsOf(decodeInputs(t, inputs))}
 	r, err := RememberRule(req, RememberSpec{Scope: ScopeInputs, ExpiresIn: 7 * 24 * time.Hour}, "alice", "h_x", rememberNow)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(r.ID, "remember-agent-1-transfer-funds-"), r.ID)
@@ -79,7 +84,7 @@ func TestRememberRuleInputsScope(t *testing.T) {
 
 	// Deterministic: the same inputs decoded again (a new map, new iteration order) give
 	// the same condition and id.
-	again, err := RememberRule(Request{AgentID: "agent-1", Tool: "transfer_funds", Inputs: decodeInputs(t, inputs)},
+	again, err := RememberRule(Request{AgentID: "agent-1", Tool: "transfer_funds", Inputs: inputsOf(decodeInputs(t, inputs))},
 		RememberSpec{Scope: ScopeInputs, ExpiresIn: 7 * 24 * time.Hour}, "alice", "h_x", rememberNow)
 	require.NoError(t, err)
 	require.Equal(t, r.When, again.When)
@@ -136,8 +141,8 @@ func TestRememberRuleRefusals(t *testing.T) {
 		{"bad scope", Request{AgentID: "a", Tool: "t"}, RememberSpec{Scope: "session"}, "remember.scope"},
 		{"negative expiry", Request{AgentID: "a", Tool: "t"}, RememberSpec{Scope: ScopeTool, ExpiresIn: -time.Hour}, "remember.expiresIn"},
 		{"expiry too long", Request{AgentID: "a", Tool: "t"}, RememberSpec{Scope: ScopeTool, ExpiresIn: MaxRememberFor + time.Hour}, "remember.expiresIn"},
-		{"inputs too large", Request{AgentID: "a", Tool: "t", Inputs: big}, RememberSpec{Scope: ScopeInputs}, "remember"},
-		{"unsupported input", Request{AgentID: "a", Tool: "t", Inputs: map[string]any{"c": make(chan int)}}, RememberSpec{Scope: ScopeInputs}, "remember.scope"},
+		{"inputs too large", Request{AgentID: "a", Tool: "t", Inputs: inputsOf(big)}, RememberSpec{Scope: ScopeInputs}, "remember"},
+		{"unsupported input", Request{AgentID: "a", Tool: "t", Inputs: inputsOf(map[string]any{"c": make(chan int)})}, RememberSpec{Scope: ScopeInputs}, "remember.scope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := RememberRule(tc.req, tc.spec, "alice", "h", rememberNow)

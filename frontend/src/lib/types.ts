@@ -59,7 +59,7 @@ export interface Step {
   held?: boolean;
 }
 
-export type HoldStatus = 'pending' | 'approved' | 'denied' | 'modified' | 'timedOut' | 'abandoned';
+export type HoldStatus = 'pending' | 'approved' | 'denied' | 'modified' | 'timedOut' | 'abandoned' | 'interrupted';
 
 export interface Hold {
   id: string;
