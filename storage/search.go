@@ -197,25 +197,27 @@ func (q SearchQuery) match() (string, []string, error) {
 		parts = append(parts, term)
 		words = append(words, strings.TrimRight(p.text, "*"))
 	}
-	// Ids match from their start when their last part is long enough to be selective;
-	// a shorter one ("agent-7") matches as a whole.
-	prefix := func(col, v string) {
-		if t := quote(v); t != "" {
-			if lastWordLen(v) >= minPrefix && !endsInSeparator(v) {
-				t += "*"
-			}
-			parts = append(parts, col+" : "+t)
+	// Ids are looked up as the one word the index also keeps them as (see squashID): from
+	// their start once three characters are typed, whole below that.
+	id := func(col, v string, partial bool) {
+		t := quote(squashID(v))
+		if t == "" {
+			return
 		}
+		if partial && utf8.RuneCountInString(squashID(v)) >= minPrefix {
+			t += "*"
+		}
+		parts = append(parts, col+" : "+t)
 	}
 	exact := func(col, v string) {
 		if t := quote(v); t != "" {
 			parts = append(parts, col+" : "+t)
 		}
 	}
-	prefix("session", q.Session)
-	prefix("agent", q.Agent)
-	prefix("user", q.User)
-	exact("tool", q.Tool)
+	id("session", q.Session, true)
+	id("agent", q.Agent, true)
+	id("user", q.User, true)
+	id("tool", q.Tool, false)
 	exact("decision", q.Decision)
 	exact("rules", q.Rule)
 	return strings.Join(parts, " AND "), words, nil
@@ -231,12 +233,6 @@ func lastWordLen(s string) int {
 		return 0
 	}
 	return utf8.RuneCountInString(words[len(words)-1])
-}
-
-// endsInSeparator reports whether s ends in something other than a letter or digit.
-func endsInSeparator(s string) bool {
-	r, _ := utf8.DecodeLastRuneInString(s)
-	return r != utf8.RuneError && !unicode.IsLetter(r) && !unicode.IsNumber(r)
 }
 
 type phrase struct {

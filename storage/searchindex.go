@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,7 +81,9 @@ func (db *DB) IndexBatch(ctx context.Context, limit int) (int, error) {
 			return nil
 		}
 		if _, err := tx.Exec(`INSERT INTO step_search (rowid, session, agent, user, tool, decision, rules, body)
-			SELECT seq, session_id, agent_id || ' ' || agent_name, user_id, tool,
+			SELECT seq, `+squashSQL("session_id")+` || ' ' || session_id,
+				`+squashSQL("agent_id")+` || ' ' || agent_id || ' ' || agent_name,
+				`+squashSQL("user_id")+` || ' ' || user_id, `+squashSQL("tool")+` || ' ' || tool,
 				decision || CASE WHEN held THEN ' held' ELSE '' END,
 				(SELECT group_concat(coalesce(j.value ->> 'ruleId', '') || ' ' ||
 					coalesce(j.value ->> 'reasonCode', ''), ' ') FROM json_each(steps.matched_rules) AS j),
@@ -118,6 +121,31 @@ func (db *DB) hasUnindexed(ctx context.Context) (bool, error) {
 	err := db.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM steps
 		WHERE seq > (SELECT upto FROM search_progress WHERE id = 1))`).Scan(&more)
 	return more, err
+}
+
+// idSeparators are dropped from ids in the index, so that an id is one word there
+// ("sess-42" is "sess42") as well as its parts: a filter by id then looks up one rare word
+// (or its beginning) instead of a phrase of common ones ("sess", "42"). squashID does the
+// same to a filter.
+const idSeparators = "-_.:@/"
+
+// squashSQL is the SQL expression that drops idSeparators from col.
+func squashSQL(col string) string {
+	expr := col
+	for _, c := range idSeparators {
+		expr = "replace(" + expr + ", '" + string(c) + "', '')"
+	}
+	return expr
+}
+
+// squashID drops idSeparators from an id, as squashSQL does in the index.
+func squashID(id string) string {
+	return strings.Map(func(r rune) rune {
+		if strings.ContainsRune(idSeparators, r) {
+			return -1
+		}
+		return r
+	}, id)
 }
 
 // indexLag counts the stored steps the index has not reached yet.
