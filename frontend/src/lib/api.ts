@@ -14,6 +14,7 @@ import type {
   Session,
   Stats,
   Step,
+  StepHold,
   TestResult,
   ValidateResult,
 } from './types';
@@ -158,6 +159,10 @@ export class Api {
   }
   step(seq: number) {
     return this.request<Step>('GET', `/api/steps/${seq}`);
+  }
+  /** The hold of a held step: who decided, when, the note and the audited diff. */
+  stepHold(seq: number) {
+    return this.request<StepHold>('GET', `/api/steps/${seq}/hold`);
   }
   control(id: string, action: 'pause' | 'resume' | 'block', operator: string, note?: string) {
     return this.request<unknown>('POST', `/api/sessions/${enc(id)}/${action}`, { operator, note: note ?? '' });
