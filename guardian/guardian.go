@@ -364,6 +364,10 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 		if c.User != nil {
 			rec.UserID = c.User.ID
 		}
+	} else if step.A2A != nil && step.A2A.From != "" {
+		// A native A2A message has no StepContext but names its sender; without it the
+		// console could only call the session's agent unknown.
+		rec.AgentName = step.A2A.From
 	}
 	return rec
 }

@@ -344,6 +344,27 @@ func TestContextFreeStepsAreAttributed(t *testing.T) {
 	require.Equal(t, "read_file", steps.Steps[0].Tool)
 }
 
+// A native A2A message names its sender in context.from: the stored step and its session
+// name that agent rather than nobody.
+func TestA2AStepsNameTheSender(t *testing.T) {
+	e := newEnv(t, "", guardian.Options{}, guardian.Config{})
+	a2a := `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"context":{"from":{"name":"planner"},"to":"researcher"},` +
+		`"payload":{"message":{"role":"agent","messageId":"m1","contextId":"ctx-9","parts":[{"kind":"text","text":"find sources"}]}}}}`
+	status, b := e.post(a2a)
+	require.Equal(t, http.StatusOK, status, string(b))
+
+	var s storage.Session
+	require.Equal(t, http.StatusOK, e.get("/api/sessions/ctx-9", &s))
+	require.Equal(t, "planner", s.AgentName)
+	var steps struct {
+		Steps []storage.StepRecord `json:"steps"`
+	}
+	require.Equal(t, http.StatusOK, e.get("/api/sessions/ctx-9/steps", &steps))
+	require.Len(t, steps.Steps, 1)
+	require.Equal(t, "planner", steps.Steps[0].AgentName)
+	require.Empty(t, steps.Steps[0].AgentID, "from is a name the agent gave, not an authenticated id")
+}
+
 // fixedPolicy answers the same verdict to every step and records what it saw.
 type fixedPolicy struct {
 	v    guardian.Verdict

@@ -80,3 +80,27 @@ func BenchmarkSaveStep(b *testing.B) {
 	}
 	reportSteps(b, db)
 }
+
+// BenchmarkHoldBySeq finds the hold of a step among 10,000 decided holds: the lookup the
+// inspector makes when an operator opens a held step.
+func BenchmarkHoldBySeq(b *testing.B) {
+	db := openTest(b)
+	ctx := context.Background()
+	const n = 10_000
+	for i := range n {
+		h := newTestHold(fmt.Sprintf("h%05d", i), "s1", time.Duration(i)*time.Millisecond)
+		if _, err := db.CreateHold(ctx, h, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.SetHoldSeq(ctx, h.ID, int64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := db.HoldBySeq(ctx, int64(i%n+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

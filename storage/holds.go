@@ -407,6 +407,25 @@ func (db *DB) GetHold(ctx context.Context, id string) (Hold, error) {
 	return h, nil
 }
 
+// HoldBySeq returns the hold of the stored step seq, or ErrNotFound when the step was never
+// held. A step is held at most once; should two rows claim the seq, the newest wins. The
+// lookup scans the holds table: holds are steps a person reviewed, few next to steps, and it
+// runs only when an operator opens a held step.
+func (db *DB) HoldBySeq(ctx context.Context, seq int64) (Hold, error) {
+	if seq <= 0 {
+		return Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, ErrNotFound)
+	}
+	h, err := scanHold(db.Reader().QueryRowContext(ctx,
+		`SELECT `+holdColumns+` FROM holds WHERE seq = ? ORDER BY created_at DESC, id DESC LIMIT 1`, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, err)
+	}
+	return h, nil
+}
+
 // ListHolds returns holds with the given status ("" or "all" for every status), pending
 // ones oldest first (the review queue) and others newest first. limit is clamped to
 // 1..1000 and defaults to 200.

@@ -314,6 +314,27 @@ func TestSetHoldSeq(t *testing.T) {
 	require.ErrorIs(t, db.SetHoldSeq(ctx, "nope", 1), ErrNotFound)
 }
 
+func TestHoldBySeq(t *testing.T) {
+	ctx := context.Background()
+	db := openHoldDB(t, "")
+	for _, id := range []string{"h1", "h2"} {
+		_, err := db.CreateHold(ctx, newTestHold(id, "s1", 0), nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.SetHoldSeq(ctx, "h2", 42))
+
+	h, err := db.HoldBySeq(ctx, 42)
+	require.NoError(t, err)
+	require.Equal(t, "h2", h.ID)
+	require.EqualValues(t, 42, h.Seq)
+
+	// A pending hold has seq 0, which names no step.
+	for _, seq := range []int64{0, -1, 41} {
+		_, err := db.HoldBySeq(ctx, seq)
+		require.ErrorIs(t, err, ErrNotFound, "seq %d", seq)
+	}
+}
+
 func TestSessionControlPersists(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "controls.db")

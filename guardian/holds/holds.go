@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -127,6 +128,8 @@ type Store interface {
 	GetHold(ctx context.Context, id string) (Hold, error)
 	ListHolds(ctx context.Context, status string, limit int) ([]Hold, error)
 	SetHoldSeq(ctx context.Context, id string, seq int64) error
+	// HoldBySeq returns the hold of a stored step (ErrNotFound when it was not held).
+	HoldBySeq(ctx context.Context, seq int64) (Hold, error)
 	// ResolvePendingOnStartup times out every hold left pending by a previous run.
 	ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hold, []storage.Event, error)
 	SetSessionControl(ctx context.Context, c storage.SessionControl, audit *AuditEntry) ([]storage.Event, error)
@@ -970,6 +973,38 @@ func (m *Manager) Get(ctx context.Context, id string) (Hold, error) {
 		return Hold{}, fmt.Errorf("holds: hold %s: %w", id, err)
 	}
 	return h, nil
+}
+
+// StepHold is a held step's hold and its audit entries (created, then the decision, with
+// the JSON Patch of an operator's edit), oldest first: what the console shows on the step.
+type StepHold struct {
+	Hold  Hold         `json:"hold"`
+	Audit []AuditEntry `json:"audit"`
+}
+
+// maxStepHoldAudit bounds the audit entries returned with a step's hold: a hold has its
+// creation, one decision and perhaps a remembered approval.
+const maxStepHoldAudit = 20
+
+// ForStep returns the hold of the stored step seq and its audit entries; ErrNotFound when
+// the step was not held.
+func (m *Manager) ForStep(ctx context.Context, seq int64) (StepHold, error) {
+	h, err := m.store.HoldBySeq(ctx, seq)
+	if errors.Is(err, ErrNotFound) {
+		return StepHold{}, fmt.Errorf("step %d was not held: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return StepHold{}, fmt.Errorf("holds: hold of step %d: %w", seq, err)
+	}
+	es, err := m.store.ListAudit(ctx, AuditQuery{HoldID: h.ID, Limit: maxStepHoldAudit})
+	if err != nil {
+		return StepHold{}, fmt.Errorf("holds: audit of hold %s: %w", h.ID, err)
+	}
+	slices.Reverse(es)
+	if es == nil {
+		es = []AuditEntry{}
+	}
+	return StepHold{Hold: h, Audit: es}, nil
 }
 
 // Audit lists audit entries, newest first.

@@ -22,6 +22,7 @@ const maxBody = 4 << 20
 //	GET  /api/holds?status=pending|approved|denied|modified|timedOut|abandoned|interrupted|all&limit=N
 //	     → {"holds":[…],"now":…,"more":bool}; more: the list was cut at limit or the byte bound
 //	GET  /api/holds/{id}
+//	GET  /api/steps/{seq}/hold                 the hold of a held step and its audit entries
 //	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","remember"}
 //	POST /api/sessions/{id}/pause|resume|block {"operator","note"}
 //	GET  /api/audit?limit=&before=&type=&sessionId=&operator=&holdId=
@@ -30,6 +31,7 @@ const maxBody = 4 << 20
 func (m *Manager) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/holds", m.handleList)
 	mux.HandleFunc("GET /api/holds/{id}", m.handleGet)
+	mux.HandleFunc("GET /api/steps/{seq}/hold", m.handleStepHold)
 	for _, action := range []string{"approve", "deny", "modify"} {
 		mux.HandleFunc("POST /api/holds/{id}/"+action, m.handleAction(action))
 	}
@@ -75,6 +77,20 @@ func (m *Manager) handleGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	apijson.Write(w, http.StatusOK, h)
+}
+
+func (m *Manager) handleStepHold(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq <= 0 {
+		m.writeError(w, &FieldError{Field: "seq", Message: "seq must be a positive integer"}, nil)
+		return
+	}
+	sh, err := m.ForStep(r.Context(), seq)
+	if err != nil {
+		m.writeError(w, err, nil)
+		return
+	}
+	apijson.Write(w, http.StatusOK, sh)
 }
 
 type actionBody struct {

@@ -392,3 +392,42 @@ func TestRememberDisabled(t *testing.T) {
 	require.Equal(t, "remember", got.Error.Field)
 	requireWaiting(t, ch)
 }
+
+// A held step's inspector finds its hold by the step's seq: who decided, when, the note and
+// the audited diff of an edit.
+func TestStepHoldOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	ch := e.held(e.ctx, toolRequest("s1", 5000))
+	h := e.createdHold("s1")
+
+	// Pending: no step is stored yet, so no step names the hold.
+	var missing apiErr
+	require.Equal(t, http.StatusNotFound, e.call("GET", "/api/steps/7/hold", nil, &missing))
+	require.Equal(t, "not_found", missing.Error.Code)
+
+	e.clock.Advance(10 * time.Second)
+	params := json.RawMessage(`{"toolCallRequest":{"toolId":"transfer_funds","inputs":{"amount":50,"to":"ACCT-1"}}}`)
+	require.Equal(t, http.StatusOK, e.call("POST", "/api/holds/"+h.ID+"/modify",
+		map[string]any{"operator": "dana", "note": "capped", "params": params}, nil))
+	receive(t, ch)
+	require.NoError(t, e.m.AttachStep(e.ctx, h.ID, 7))
+
+	var got holds.StepHold
+	require.Equal(t, http.StatusOK, e.call("GET", "/api/steps/7/hold", nil, &got))
+	require.Equal(t, h.ID, got.Hold.ID)
+	require.EqualValues(t, 7, got.Hold.Seq)
+	require.Equal(t, holds.StatusModified, got.Hold.Status)
+	require.Equal(t, "dana", got.Hold.DecidedBy)
+	require.Equal(t, "capped", got.Hold.Note)
+	require.True(t, got.Hold.DecidedAt.Equal(start.Add(10*time.Second)))
+	require.Len(t, got.Audit, 2)
+	require.Equal(t, storage.AuditHoldCreated, got.Audit[0].Type, "oldest first")
+	require.Equal(t, storage.AuditHoldModified, got.Audit[1].Type)
+	require.JSONEq(t, `[{"op":"replace","path":"/toolCallRequest/inputs/amount","value":50,"old":5000}]`, string(got.Audit[1].Diff))
+
+	for _, bad := range []string{"0", "-3", "x"} {
+		var e400 apiErr
+		require.Equal(t, http.StatusBadRequest, e.call("GET", "/api/steps/"+bad+"/hold", nil, &e400), bad)
+		require.Equal(t, "seq", e400.Error.Field)
+	}
+}

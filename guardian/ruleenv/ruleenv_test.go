@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -307,6 +308,12 @@ func TestExampleModificationsStayValid(t *testing.T) {
 			require.JSONEq(t, `"req-1"`, string(mod.ID))
 			after := prog.Evaluate(Build(mod, History{}, time.Time{}))
 			require.NotEqual(t, rules.ActionModify, after.Action, "%s: the modified request still matches: %s", tc.Name, mod.Text())
+			// The message the agent and the console read names only what was redacted.
+			for _, kind := range []string{rules.PIIEmail, rules.PIIPhone, rules.PIICreditCard, rules.PIIIBAN, rules.PIISSN} {
+				if regexp.MustCompile(`\b` + kind + `\b`).MatchString(v.Message) {
+					require.Contains(t, string(out), "[REDACTED:"+kind+"]", "%s: message %q names %s, which was not redacted", tc.Name, v.Message, kind)
+				}
+			}
 		}
 		require.Positive(t, n)
 	}

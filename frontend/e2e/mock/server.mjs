@@ -795,6 +795,12 @@ async function api(req, res, url) {
     const s = materialize(Number(r[1]));
     return s ? json(res, 200, s) : fail(res, 404, 'not_found', 'no such step');
   }
+  if ((r = m(/^\/api\/steps\/(\d+)\/hold$/)) && req.method === 'GET') {
+    const seq = Number(r[1]);
+    const h = [...holds.values()].find((x) => x.seq === seq);
+    if (!h) return fail(res, 404, 'not_found', `step ${seq} was not held`);
+    return json(res, 200, { hold: h, audit: audit.filter((a) => a.holdId === h.id) });
+  }
   if (p === '/api/holds' && req.method === 'GET') {
     const status = q.get('status') ?? 'pending';
     const list = [...holds.values()].filter((h) => status === 'all' || h.status === status).sort((a, b) => Date.parse(a.createdAt) - Date.parse(b.createdAt));

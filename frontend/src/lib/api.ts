@@ -15,6 +15,7 @@ import type {
   Session,
   Stats,
   Step,
+  StepHold,
   TestResult,
   ValidateResult,
 } from './types';
@@ -159,6 +160,10 @@ export class Api {
   }
   step(seq: number) {
     return this.request<Step>('GET', `/api/steps/${seq}`);
+  }
+  /** The hold of a held step: who decided, when, the note and the audited diff. */
+  stepHold(seq: number) {
+    return this.request<StepHold>('GET', `/api/steps/${seq}/hold`);
   }
   control(id: string, action: 'pause' | 'resume' | 'block', operator: string, note?: string) {
     return this.request<unknown>('POST', `/api/sessions/${enc(id)}/${action}`, { operator, note: note ?? '' });

@@ -4,8 +4,8 @@ import { count, micros, relTime, shortId, shortMethod } from './format';
 import { parseParams } from './jsonedit';
 import { loadOperator, saveOperator } from './operator';
 import { href, parseHash, type Route } from './router';
-import { appendSteps, timelineRows } from './timeline';
-import type { Step } from './types';
+import { appendSteps, holdTurn, timelineRows } from './timeline';
+import type { Hold, Step } from './types';
 import { nearEnd, scrollToReveal, visibleRange } from './virtual';
 
 describe('router', () => {
@@ -15,6 +15,7 @@ describe('router', () => {
     ['#/session/a%2Fb?step=12', { page: 'session', id: 'a/b', step: 12 }],
     ['#/session/abc', { page: 'session', id: 'abc' }],
     ['#/held', { page: 'held' }],
+    ['#/held?hold=h_abc', { page: 'held', hold: 'h_abc' }],
     ['#/rules/new', { page: 'rules', isNew: true }],
     ['#/rules/big-transfer', { page: 'rules', id: 'big-transfer' }],
     ['#/overview', { page: 'overview' }],
@@ -54,7 +55,20 @@ describe('timeline', () => {
   const st = (seq: number, turnId: string) => ({ seq, turnId, sessionId: 's', receivedAt: '' }) as Step;
   it('groups by turn', () => {
     const rows = timelineRows([st(1, 't1'), st(2, 't1'), st(3, 't2'), st(4, 't1')]);
-    expect(rows.map((r) => (r.type === 'turn' ? `T${r.number}` : r.step.seq))).toEqual(['T1', 1, 2, 'T2', 3, 'T3', 4]);
+    expect(rows.map((r) => (r.type === 'turn' ? `T${r.number}` : r.type === 'step' ? r.step.seq : r.hold.id))).toEqual(['T1', 1, 2, 'T2', 3, 'T3', 4]);
+  });
+  it('places pending holds by the time they were held, in their turn', () => {
+    const at = (seq: number, turnId: string, t: string) => ({ ...st(seq, turnId), receivedAt: t }) as Step;
+    const hold = (id: string, t: string, turnId?: string) =>
+      ({ id, createdAt: t, request: { params: turnId ? { context: { turnId } } : {} } }) as unknown as Hold;
+    const rows = timelineRows(
+      [at(1, 't1', '2025-01-01T00:00:01Z'), at(2, 't1', '2025-01-01T00:00:03Z'), at(3, 't2', '2025-01-01T00:00:05Z')],
+      [hold('late', '2025-01-01T00:00:09Z', 't2'), hold('mid', '2025-01-01T00:00:02Z', 't1'), hold('other', '2025-01-01T00:00:04Z', 'tx')],
+    );
+    const seen = rows.map((r) => (r.type === 'turn' ? `T:${r.turnId}` : r.type === 'step' ? r.step.seq : r.hold.id));
+    expect(seen).toEqual(['T:t1', 1, 'mid', 2, 'T:tx', 'other', 'T:t2', 3, 'late']);
+    expect(holdTurn(hold('x', '', 't9'))).toBe('t9');
+    expect(holdTurn({ request: null } as unknown as Hold)).toBe('');
   });
   it('appends only new steps', () => {
     const have = [st(1, 'a'), st(2, 'a')];

@@ -3,7 +3,7 @@
 export type Route =
   | { page: 'live' }
   | { page: 'session'; id: string; step?: number }
-  | { page: 'held' }
+  | { page: 'held'; hold?: string }
   | { page: 'rules'; id?: string; isNew?: boolean }
   | { page: 'overview' }
   | { page: 'audit'; sessionId?: string }
@@ -40,8 +40,10 @@ export function parseHash(hash: string): Route {
       const step = Number(q.get('step'));
       return step > 0 ? { page: 'session', id: parts[1], step } : { page: 'session', id: parts[1] };
     }
-    case 'held':
-      return { page: 'held' };
+    case 'held': {
+      const hold = q.get('hold');
+      return hold ? { page: 'held', hold } : { page: 'held' };
+    }
     case 'rules':
       if (parts[1] === 'new') return { page: 'rules', isNew: true };
       return parts[1] ? { page: 'rules', id: parts[1] } : { page: 'rules' };
@@ -72,7 +74,7 @@ export function href(r: Route): string {
     case 'session':
       return `#/session/${e(r.id)}${r.step ? `?step=${r.step}` : ''}`;
     case 'held':
-      return '#/held';
+      return r.hold ? `#/held?hold=${e(r.hold)}` : '#/held';
     case 'rules':
       return r.isNew ? '#/rules/new' : r.id ? `#/rules/${e(r.id)}` : '#/rules';
     case 'overview':

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { kindOf, partsText, readable, valueText } from './stepview';
+import { answerOf, changesOf, controlReason, kindOf, partsText, readable, redactionsOf, valueText } from './stepview';
 
 const ctx = {
   agent: { id: 'a1', name: 'Billing bot' },
@@ -74,8 +74,13 @@ describe('readable', () => {
     for (const params of [call, { message: call }]) {
       const r = readable({ method: 'protocols/MCP', params });
       expect(r.tool).toBe('read_file');
+      expect(r.title).toBe('MCP tools/call · read_file');
       expect(r.inputs).toEqual([{ name: 'path', value: '/etc/passwd' }]);
     }
+    expect(readable({ method: 'protocols/MCP', params: { jsonrpc: '2.0', id: 4, method: 'tools/list' } }).title).toBe('MCP tools/list');
+    const res = readable({ method: 'protocols/MCP', params: { message: { jsonrpc: '2.0', id: 3, result: { content: [{ type: 'text', text: 'root:x:0' }] } } } });
+    expect(res.title).toBe('MCP response to #3');
+    expect(res.sections).toEqual([{ label: 'Result', text: 'root:x:0' }]);
   });
 
   it('renders knowledge results and memory', () => {
@@ -91,7 +96,18 @@ describe('readable', () => {
   it('renders native A2A methods (ERRATA 7)', () => {
     const r = readable({ method: 'message/send', params: { payload: { message: { role: 'user', parts: [{ kind: 'text', text: 'hi' }] } } } });
     expect(r.sections).toEqual([{ label: 'Message', text: 'hi' }]);
+    expect(r.title).toBe('A2A message/send');
     expect(kindOf('tasks/get')).toBe('a2a');
+    const peers = readable({
+      method: 'message/send',
+      params: { context: { from: { name: 'planner' }, to: 'researcher' }, payload: { message: { role: 'agent', parts: [{ kind: 'text', text: 'find it' }] } } },
+    });
+    expect(peers.title).toBe('A2A message/send · planner → researcher');
+    expect(peers.peers).toEqual({ from: 'planner', to: 'researcher' });
+    expect(peers.sections).toEqual([{ label: 'Message', text: 'find it' }]);
+    const older = readable({ method: 'protocols/A2A', params: { message: { jsonrpc: '2.0', method: 'message/send', params: { message: { parts: [{ kind: 'text', text: 'yo' }] } } } } });
+    expect(older.title).toBe('A2A message/send');
+    expect(older.sections).toEqual([{ label: 'Message', text: 'yo' }]);
   });
 
   it('never throws on junk', () => {
@@ -99,5 +115,53 @@ describe('readable', () => {
     expect(readable('x', 'steps/message').title).toBe('Message');
     expect(partsText('nope')).toBe('');
     expect(valueText({ a: 1 })).toBe('{\n  "a": 1\n}');
+  });
+});
+
+describe('outcome', () => {
+  const call = (inputs: Record<string, unknown>) => ({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'steps/toolCallRequest',
+    params: { context: ctx, toolCallRequest: { executionId: 'e', toolId: 'send_email', inputs: Object.entries(inputs).map(([name, value]) => ({ name, value })) } },
+  });
+
+  it('reads the answer, its deciding rule and the modified request', () => {
+    const mod = call({ to: 'bob@corp.example' });
+    const a = answerOf({ jsonrpc: '2.0', id: 1, result: { decision: 'modify', message: 'Redacted', reasonCode: ['PII'], data: { ruleId: 'r1' }, modifiedRequest: mod } });
+    expect(a).toMatchObject({ decision: 'modify', message: 'Redacted', reasonCodes: ['PII'], ruleId: 'r1', modifiedRequest: mod });
+    expect(answerOf({ error: { code: -32602, message: 'bad' } }).error).toEqual({ code: -32602, message: 'bad' });
+    expect(answerOf(null).reasonCodes).toEqual([]);
+  });
+
+  it('says when a session control decided, not a rule', () => {
+    expect(controlReason('session-blocked')).toMatch(/blocked this session/);
+    expect(controlReason('session-paused')).toMatch(/paused this session/);
+    expect(controlReason('big-transfer')).toBeUndefined();
+  });
+
+  it('lists field-level changes by input name', () => {
+    const before = call({ amount: 5000, to: 'ACME', memo: 'x' });
+    const after = call({ amount: 50, to: 'ACME', note: 'capped' });
+    expect(changesOf(before, after)).toEqual([
+      { field: 'inputs.amount', before: 5000, after: 50, kind: 'changed' },
+      { field: 'inputs.memo', before: 'x', kind: 'removed' },
+      { field: 'inputs.note', after: 'capped', kind: 'added' },
+    ]);
+    const msg = (text: string) => ({ method: 'steps/message', params: { context: ctx, message: { id: 'm', role: 'agent', content: [{ kind: 'text', text }] } } });
+    expect(changesOf(msg('card 4111'), msg('card [REDACTED:creditCard]'))).toEqual([
+      { field: 'Text', before: 'card 4111', after: 'card [REDACTED:creditCard]', kind: 'changed' },
+    ]);
+    expect(changesOf(msg('a'), msg('a'))).toEqual([]);
+  });
+
+  it('counts what was actually redacted, not what the message claims', () => {
+    const before = call({ to: 'billing@corp.example', body: 'card 4111 1111 1111 1111 and [REDACTED:ssn] already' });
+    const after = call({ to: 'billing@corp.example', body: 'card [REDACTED:creditCard] and [REDACTED:ssn] already [REDACTED]' });
+    expect(redactionsOf(before, after)).toEqual([
+      { kind: 'creditCard', count: 1 },
+      { kind: 'pattern', count: 1 },
+    ]);
+    expect(redactionsOf(before, before)).toEqual([]);
   });
 });

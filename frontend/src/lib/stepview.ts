@@ -1,6 +1,8 @@
 // Turns a stored AOS request into something an operator can read at a glance: a title, the
 // text, the tool and its inputs, the reasoning. Accepts the spec's variants (see ERRATA).
 
+import { diffJson } from './diff';
+
 export interface Section {
   label: string;
   text: string;
@@ -19,12 +21,21 @@ export interface Readable {
   user?: string;
   turnId?: string;
   stepId?: string;
+  /** The sender and receiver of an A2A message, when the step names them. */
+  peers?: { from?: string; to?: string };
 }
 
 type Obj = Record<string, unknown>;
 const obj = (v: unknown): Obj => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Obj) : {});
 const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v !== '' ? v : undefined);
+
+/** Names an A2A peer: a string, or the name, id or url of an object (as the guardian does). */
+export function peerName(v: unknown): string | undefined {
+  if (typeof v === 'string') return v || undefined;
+  const o = obj(v);
+  return str(o.name) ?? str(o.id) ?? str(o.url);
+}
 
 /** Text of AOS parts: text as is, files by name or URI, data as JSON. */
 export function partsText(parts: unknown): string {
@@ -164,23 +175,40 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
       const msg = p.jsonrpc === '2.0' ? p : obj(p.message);
       const mp = obj(msg.params);
       const mm = str(msg.method);
-      r.subtitle = mm;
       if (mm === 'tools/call') {
         r.tool = str(mp.name);
-        r.title = r.tool ? `MCP tool · ${r.tool}` : 'MCP tool call';
         r.inputs = Object.entries(obj(mp.arguments)).map(([name, value]) => ({ name, value }));
-      } else if (msg.result !== undefined) {
-        const content = obj(msg.result).content;
-        const text = partsText(content);
-        if (text) r.sections.push({ label: 'Result', text });
+      } else if (msg.result !== undefined || msg.error !== undefined) {
+        const res = obj(msg.result);
+        const text = partsText(res.content);
+        if (text) r.sections.push({ label: res.isError === true ? 'Error output' : 'Result', text });
+        r.isError = res.isError === true || msg.error !== undefined;
+        const err = obj(msg.error);
+        if (str(err.message)) r.sections.push({ label: 'Error', text: String(err.message) });
+      } else if (mm && Object.keys(mp).length) {
+        r.inputs = Object.entries(mp).map(([name, value]) => ({ name, value }));
       }
+      // "MCP tools/call · read_file": the method says what kind of message it is, the tool
+      // which one; a response has no method and is named by its id.
+      const what = mm ?? (msg.result !== undefined || msg.error !== undefined ? `response${msg.id !== undefined ? ` to #${String(msg.id)}` : ''}` : undefined);
+      r.title = ['MCP' + (what ? ` ${what}` : ''), r.tool].filter(Boolean).join(' · ');
+      r.subtitle = str(msg.id) || typeof msg.id === 'number' ? `id ${String(msg.id)}` : undefined;
       break;
     }
     case 'a2a': {
-      const inner = obj(p.payload ?? p.message);
-      const m = inner.parts ? inner : obj(obj(inner.params).message ?? inner.message);
-      r.subtitle = method === 'protocols/A2A' ? undefined : method;
+      // Native layout: params.payload with params.context.{from,to}; older: params.message;
+      // inline: params is the A2A request itself (ERRATA 7).
+      const inline = p.jsonrpc === '2.0';
+      const inner = inline ? p : obj(p.payload ?? p.message ?? (method !== 'protocols/A2A' ? p : undefined));
+      const m = inner.parts ? inner : obj(obj(inner.params).message ?? inner.message ?? obj(obj(inner.result).status).message);
+      const a2aMethod = method !== 'protocols/A2A' ? method : str(inner.method);
+      const from = peerName(ctx.from);
+      const to = peerName(ctx.to);
       r.role = str(m.role);
+      r.peers = from || to ? { from, to } : undefined;
+      const who = from || to ? `${from ?? '?'} → ${to ?? '?'}` : undefined;
+      r.title = ['A2A', [a2aMethod, who].filter(Boolean).join(' · ')].filter(Boolean).join(' ');
+      r.subtitle = a2aMethod;
       const text = partsText(m.parts);
       if (text) r.sections.push({ label: 'Message', text });
       break;
@@ -198,4 +226,114 @@ export function paramsOf(request: unknown): unknown {
 export function valueText(v: unknown): string {
   if (typeof v === 'string') return v;
   return JSON.stringify(v, null, 2) ?? 'null';
+}
+
+/** What Vigil answered for a step, read from the stored JSON-RPC response. */
+export interface Answer {
+  decision?: string;
+  message?: string;
+  reasoning?: string;
+  reasonCodes: string[];
+  /** The deciding rule (result.data.ruleId), also the session controls' pseudo-rules. */
+  ruleId?: string;
+  /** The request the agent was told to use instead (decision modify). */
+  modifiedRequest?: unknown;
+  error?: { code: number; message: string };
+}
+
+export function answerOf(response: unknown): Answer {
+  const res = obj(response);
+  const result = obj(res.result);
+  const err = obj(res.error);
+  return {
+    decision: str(result.decision),
+    message: str(result.message),
+    reasoning: str(result.reasoning),
+    reasonCodes: arr(result.reasonCode).map(String),
+    ruleId: str(obj(result.data).ruleId),
+    modifiedRequest: result.modifiedRequest && typeof result.modifiedRequest === 'object' ? result.modifiedRequest : undefined,
+    error: typeof err.code === 'number' ? { code: err.code, message: String(err.message ?? '') } : undefined,
+  };
+}
+
+/** Rule ids the guardian uses for an operator's session controls (guardian/holds). */
+export const SESSION_BLOCKED = 'session-blocked';
+export const SESSION_PAUSED = 'session-paused';
+
+/** Says why a step was decided by a session control rather than a rule; undefined otherwise. */
+export function controlReason(ruleId: string | undefined): string | undefined {
+  if (ruleId === SESSION_BLOCKED) return 'An operator blocked this session: every step is denied until it is resumed.';
+  if (ruleId === SESSION_PAUSED) return 'An operator paused this session: every step waits for review until it is resumed.';
+  return undefined;
+}
+
+/** One difference between what the agent sent and what it received. */
+export interface FieldChange {
+  /** "inputs.amount", "Text", or a JSON path for anything else. */
+  field: string;
+  before?: unknown;
+  after?: unknown;
+  kind: 'changed' | 'added' | 'removed';
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * The field-level differences between a request and the modified request the agent got:
+ * tool inputs by name, text sections by label and the reasoning, as a person reads them;
+ * a JSON path diff of the params when the change is anywhere else.
+ */
+export function changesOf(request: unknown, modified: unknown, method = ''): FieldChange[] {
+  const a = readable(request, method);
+  const b = readable(modified, method);
+  const out: FieldChange[] = [];
+  const ai = new Map((a.inputs ?? []).map((i) => [i.name, i.value]));
+  const bi = new Map((b.inputs ?? []).map((i) => [i.name, i.value]));
+  for (const [name, before] of ai) {
+    if (!bi.has(name)) out.push({ field: `inputs.${name}`, before, kind: 'removed' });
+    else if (!sameJson(before, bi.get(name))) out.push({ field: `inputs.${name}`, before, after: bi.get(name), kind: 'changed' });
+  }
+  for (const [name, after] of bi) if (!ai.has(name)) out.push({ field: `inputs.${name}`, after, kind: 'added' });
+  const as = new Map(a.sections.map((s) => [s.label, s.text]));
+  const bs = new Map(b.sections.map((s) => [s.label, s.text]));
+  for (const [label, before] of as) {
+    const after = bs.get(label);
+    if (after === undefined) out.push({ field: label, before, kind: 'removed' });
+    else if (after !== before) out.push({ field: label, before, after, kind: 'changed' });
+  }
+  for (const [label, after] of bs) if (!as.has(label)) out.push({ field: label, after, kind: 'added' });
+  if (a.reasoning !== b.reasoning) out.push({ field: 'reasoning', before: a.reasoning, after: b.reasoning, kind: 'changed' });
+  if (out.length === 0 && !sameJson(paramsOf(request), paramsOf(modified))) {
+    for (const c of diffJson(paramsOf(request), paramsOf(modified), ['context']))
+      out.push({ field: c.path, kind: c.kind, ...(c.kind !== 'added' ? { before: c.before } : {}), ...(c.kind !== 'removed' ? { after: c.after } : {}) });
+  }
+  return out;
+}
+
+const REDACTED = /\[REDACTED(?::([A-Za-z]+))?\]/g;
+
+function redactionCounts(v: unknown): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const x of JSON.stringify(v ?? null).matchAll(REDACTED)) {
+    const k = x[1] ?? 'pattern';
+    m.set(k, (m.get(k) ?? 0) + 1);
+  }
+  return m;
+}
+
+/**
+ * What was actually redacted: the [REDACTED:kind] markers in the modified params that the
+ * original did not carry, by kind ("pattern" for a regular expression), in order of
+ * appearance. Computed from the two requests, never from the rule's message.
+ */
+export function redactionsOf(request: unknown, modified: unknown): { kind: string; count: number }[] {
+  const before = redactionCounts(paramsOf(request));
+  const out: { kind: string; count: number }[] = [];
+  for (const [kind, n] of redactionCounts(paramsOf(modified))) {
+    const added = n - (before.get(kind) ?? 0);
+    if (added > 0) out.push({ kind, count: added });
+  }
+  return out;
 }

@@ -1,24 +1,46 @@
-// A session's steps as rows grouped by turn: a header row whenever the turn changes.
+// A session's steps as rows grouped by turn: a header row whenever the turn changes. Pending
+// holds of the session are rows too: a held step is stored only once it is decided, so until
+// then the hold stands in for it, placed by when it was held.
 
-import type { Step } from './types';
+import type { Hold, Step } from './types';
 
 export type Row =
   | { type: 'turn'; key: string; turnId: string; number: number; at: string }
-  | { type: 'step'; key: string; step: Step; turnNumber: number };
+  | { type: 'step'; key: string; step: Step; turnNumber: number }
+  | { type: 'hold'; key: string; hold: Hold; turnNumber: number };
 
-export function timelineRows(steps: Step[]): Row[] {
+/** The turn id of a held request (its StepContext's turnId), '' when it has none. */
+export function holdTurn(h: Hold): string {
+  const params = (h.request as { params?: { context?: { turnId?: unknown } } } | null)?.params;
+  const t = params?.context?.turnId;
+  return typeof t === 'string' ? t : '';
+}
+
+export function timelineRows(steps: Step[], pending: Hold[] = []): Row[] {
   const rows: Row[] = [];
   let turn: string | null = null;
   let n = 0;
-  for (const s of steps) {
-    const t = s.turnId ?? '';
-    if (t !== turn) {
-      turn = t;
-      n++;
-      rows.push({ type: 'turn', key: `t${n}:${t}`, turnId: t, number: n, at: s.receivedAt });
+  const header = (t: string, at: string) => {
+    if (t === turn) return;
+    turn = t;
+    n++;
+    rows.push({ type: 'turn', key: `t${n}:${t}`, turnId: t, number: n, at });
+  };
+  const holds = [...pending].sort((a, b) => Date.parse(a.createdAt) - Date.parse(b.createdAt) || (a.id < b.id ? -1 : 1));
+  let h = 0;
+  const flushHolds = (before: number) => {
+    while (h < holds.length && Date.parse(holds[h]!.createdAt) < before) {
+      const hold = holds[h++]!;
+      header(holdTurn(hold), hold.createdAt);
+      rows.push({ type: 'hold', key: `h${hold.id}`, hold, turnNumber: n });
     }
+  };
+  for (const s of steps) {
+    flushHolds(Date.parse(s.receivedAt));
+    header(s.turnId ?? '', s.receivedAt);
     rows.push({ type: 'step', key: `s${s.seq}`, step: s, turnNumber: n });
   }
+  flushHolds(Infinity);
   return rows;
 }
 

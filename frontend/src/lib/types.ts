@@ -75,9 +75,17 @@ export interface Hold {
   deadline: string;
   onTimeout?: string;
   status: HoldStatus;
+  /** The answer the agent got (allow, deny, modify); empty while pending. */
+  decision?: string;
   decidedBy?: string;
   decidedAt?: string;
   note?: string;
+}
+
+/** GET /api/steps/{seq}/hold: the hold of a held step and its audit entries, oldest first. */
+export interface StepHold {
+  hold: Hold;
+  audit: AuditEntry[];
 }
 
 export interface RuleStats {
