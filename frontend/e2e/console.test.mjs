@@ -190,7 +190,7 @@ describe('console', () => {
 
   test('overview and audit pages render the stored activity', async () => {
     await page.goto(`${guardian.url}/#/overview`);
-    await page.getByText('Steps per minute by decision').waitFor();
+    await page.getByText('Steps per minute by outcome').waitFor();
     await page.locator('.kpi').first().waitFor();
     await shot(page, '07-overview');
 
