@@ -6,7 +6,8 @@ export type Route =
   | { page: 'held' }
   | { page: 'rules'; id?: string; isNew?: boolean }
   | { page: 'overview' }
-  | { page: 'audit'; sessionId?: string };
+  | { page: 'audit'; sessionId?: string }
+  | { page: 'compare'; a?: string; b?: string };
 
 export function parseHash(hash: string): Route {
   const h = hash.replace(/^#\/?/, '');
@@ -35,6 +36,12 @@ export function parseHash(hash: string): Route {
       const s = q.get('session');
       return s ? { page: 'audit', sessionId: s } : { page: 'audit' };
     }
+    case 'compare': {
+      const r: Route = { page: 'compare' };
+      if (q.get('a')) r.a = q.get('a')!;
+      if (q.get('b')) r.b = q.get('b')!;
+      return r;
+    }
     default:
       return { page: 'live' };
   }
@@ -55,5 +62,12 @@ export function href(r: Route): string {
       return '#/overview';
     case 'audit':
       return r.sessionId ? `#/audit?session=${e(r.sessionId)}` : '#/audit';
+    case 'compare': {
+      const q = new URLSearchParams();
+      if (r.a) q.set('a', r.a);
+      if (r.b) q.set('b', r.b);
+      const qs = q.toString();
+      return qs ? `#/compare?${qs}` : '#/compare';
+    }
   }
 }
