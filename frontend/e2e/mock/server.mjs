@@ -751,23 +751,26 @@ function compareSessions(a, b) {
   const all = [load(a), load(b)];
   const sides = all.map((list, i) => ({ session: sessionView(sessions.get([a, b][i])), steps: Math.min(MAX, list.length), truncated: list.length > MAX }));
   const turnsOf = (list) => {
+    /** @type {any[][]} */
     const out = [];
     let cur = null;
     for (const s of list.slice(0, MAX)) {
       if (!out.length || (s.turnId && s.turnId !== cur)) out.push([]);
       if (s.turnId) cur = s.turnId;
-      out.at(-1).push(s);
+      out[out.length - 1].push(s);
     }
     return out;
   };
   const view = (s) => ({ seq: s.seq, turnId: s.turnId, stepId: s.stepId, method: s.method, kind: s.kind, tool: s.tool, decision: s.decision, held: s.held, text: s.text, rules: (s.matchedRules ?? []).map((m) => `${m.ruleId}:${m.action}`).sort() });
   const inputsOf = (s) => Object.fromEntries((s.request?.params?.toolCallRequest?.inputs ?? []).map((x) => [x.name, x.value]));
   const pair = (turn, x, y) => {
+    /** @type {{turn: number, a: any, b: any, status: string, diff: string[], inputs?: any[]}} */
     const row = { turn, a: view(x), b: view(y), status: 'same', diff: [] };
     if (x.decision !== y.decision || x.held !== y.held) row.diff.push('decision');
     if (x.tool !== y.tool) row.diff.push('tool');
     const ia = inputsOf(x);
     const ib = inputsOf(y);
+    /** @type {any[]} */
     const ops = [];
     for (const k of [...new Set([...Object.keys(ia), ...Object.keys(ib)])].sort()) {
       if (!(k in ib)) ops.push({ op: 'remove', path: `/${k}`, old: ia[k] });
@@ -783,6 +786,7 @@ function compareSessions(a, b) {
     if (row.diff.length) row.status = 'differ';
     return row;
   };
+  /** @type {any[]} */
   const rows = [];
   const [ta, tb] = all.map(turnsOf);
   for (let t = 0; t < Math.max(ta.length, tb.length); t++) {
@@ -793,6 +797,7 @@ function compareSessions(a, b) {
     for (let i = x.length - 1; i >= 0; i--) for (let j = y.length - 1; j >= 0; j--) L[i][j] = key(x[i]) === key(y[j]) ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
     let i = 0;
     let j = 0;
+    /** @type {any[][]} */
     const gap = [[], []];
     const flush = () => {
       let p = 0;
@@ -943,6 +948,7 @@ async function api(req, res, url) {
     let changed = 0;
     const byChange = {};
     const examples = [];
+    /** @type {{total: number, byReason: Record<string, number>, examples: any[]}} */
     const outside = { total: 0, byReason: {}, examples: [] };
     for (const sq of recent) {
       const s = materialize(sq);
