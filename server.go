@@ -18,6 +18,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/guardian/compare"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/guardian/ruleenv"
@@ -242,6 +243,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			hm.Register,
 			rs.Register,
 			az.Register,
+			compare.New(db, log).Register,
 		},
 		CheckAgent: auth.CheckAgent,
 		KeyOf:      auth.KeyOf,

@@ -24,6 +24,7 @@ type routeCase struct {
 var routeCases = []routeCase{
 	{"GET", "/api/sessions", RoleViewer},
 	{"GET", "/api/steps/7", RoleViewer},
+	{"GET", "/api/compare", RoleViewer},
 	{"POST", "/api/holds/h1/approve", RoleReviewer},
 	{"POST", "/api/holds/h1/deny", RoleReviewer},
 	{"POST", "/api/holds/h1/modify", RoleReviewer},

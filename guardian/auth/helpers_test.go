@@ -115,6 +115,7 @@ type echo struct {
 var consoleRoutes = []string{
 	"GET /api/sessions",
 	"GET /api/steps/{seq}",
+	"GET /api/compare",
 	"POST /api/holds/{id}/approve",
 	"POST /api/holds/{id}/deny",
 	"POST /api/holds/{id}/modify",

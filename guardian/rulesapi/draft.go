@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -232,15 +234,24 @@ type BacktestRequest struct {
 	Before int64 `json:"before,omitempty"`
 }
 
-// BacktestResult reports which stored decisions the draft would change.
+// BacktestResult reports which decisions the draft would change. Both sides are fresh
+// evaluations of the same stored steps with the same history: the baseline is the current
+// rule set, the candidate the draft. What the stored decisions say only counts in
+// OutsideRules, as information.
 type BacktestResult struct {
 	Evaluated int `json:"evaluated"`
-	Changed   int `json:"changed"`
-	// ByChange counts changes as "before->after", e.g. "allow->deny".
+	// Changed counts the steps whose candidate decision differs from the baseline's.
+	Changed int `json:"changed"`
+	// ByChange counts changes as "baseline->candidate", e.g. "allow->deny".
 	ByChange map[string]int `json:"byChange"`
-	// Decisions counts the draft's decisions over the window.
-	Decisions map[string]int    `json:"decisions"`
-	Examples  []BacktestExample `json:"examples"`
+	// Decisions counts the candidate's decisions over the window, BaselineDecisions the
+	// current rules'.
+	Decisions         map[string]int    `json:"decisions"`
+	BaselineDecisions map[string]int    `json:"baselineDecisions"`
+	Examples          []BacktestExample `json:"examples"`
+	// OutsideRules counts the steps whose stored decision differs from the baseline for
+	// reasons the draft has nothing to do with.
+	OutsideRules OutsideRules `json:"outsideRules"`
 	// Skipped counts stored steps whose environment could not be rebuilt.
 	Skipped int `json:"skipped"`
 	// RuleErrors counts draft rule evaluations that failed at run time.
@@ -248,36 +259,105 @@ type BacktestResult struct {
 	// FromSeq and ToSeq bound the replayed window (0 when it is empty).
 	FromSeq int64 `json:"fromSeq"`
 	ToSeq   int64 `json:"toSeq"`
-	// EvalMicros is the time spent evaluating; AvgMicros per step.
+	// EvalMicros is the time spent evaluating both sets; AvgMicros per step.
 	EvalMicros int64   `json:"evalMicros"`
 	AvgMicros  float64 `json:"avgMicros"`
 }
 
-// BacktestExample is one step whose decision would change.
+// BacktestExample is one step whose decision the draft would change.
 type BacktestExample struct {
 	Seq       int64  `json:"seq"`
 	Method    string `json:"method"`
 	SessionID string `json:"sessionId"`
 	Tool      string `json:"tool,omitempty"`
-	Before    string `json:"before"`
-	After     string `json:"after"`
+	// Before is the current rules' decision, After the draft's.
+	Before string `json:"before"`
+	After  string `json:"after"`
+	// Stored is the decision the step was given when it arrived.
+	Stored string `json:"stored"`
 	// Rules are the draft rules that matched or failed, deciding rule first.
 	Rules   []string `json:"rules"`
 	Message string   `json:"message,omitempty"`
 }
 
-// storedDecision is the decision a stored step's rules reached: a held step was "hold",
-// whatever the operator then decided.
-func storedDecision(rec storage.StepRecord) string {
-	if rec.Held {
-		return string(rules.ActionHold)
-	}
-	return rec.Decision
+// Reasons a stored decision differs from the current rules' decision.
+const (
+	// OutsideSessionBlocked: an operator had blocked the session.
+	OutsideSessionBlocked = "sessionBlocked"
+	// OutsideSessionPaused: an operator had paused the session, so the step was held.
+	OutsideSessionPaused = "sessionPaused"
+	// OutsideRemembered: a remembered approval let a held step through.
+	OutsideRemembered = "rememberedApproval"
+	// OutsideHeld: the rules hold the step, and a person (or the hold's timeout) decided.
+	OutsideHeld = "held"
+	// OutsideRulesChanged: the rules were different when the step arrived.
+	OutsideRulesChanged = "rulesChanged"
+)
+
+// OutsideRules summarises stored decisions that differ from the current rules' decision.
+type OutsideRules struct {
+	Total int `json:"total"`
+	// ByReason counts them by reason (the Outside* constants).
+	ByReason map[string]int   `json:"byReason"`
+	Examples []OutsideExample `json:"examples"`
 }
 
-// Backtest replays a draft rule set over the newest stored steps and compares its
-// decisions with the stored ones. Each step sees the earlier steps of its session within
-// the window as its history, as it would have live.
+// OutsideExample is one step whose stored decision the current rules would not reach.
+type OutsideExample struct {
+	Seq       int64  `json:"seq"`
+	Method    string `json:"method"`
+	SessionID string `json:"sessionId"`
+	Tool      string `json:"tool,omitempty"`
+	Stored    string `json:"stored"`
+	Held      bool   `json:"held,omitempty"`
+	Baseline  string `json:"baseline"`
+	Reason    string `json:"reason"`
+	// RuleID is the stored deciding rule, when the response names one.
+	RuleID string `json:"ruleId,omitempty"`
+}
+
+// storedRuleID is the deciding rule a stored step's response names (result.data.ruleId);
+// "" for a notification or a default decision.
+func storedRuleID(rec storage.StepRecord) string {
+	var resp struct {
+		Result struct {
+			Data struct {
+				RuleID string `json:"ruleId"`
+			} `json:"data"`
+		} `json:"result"`
+	}
+	_ = json.Unmarshal(rec.Response, &resp) // a response of another shape names no rule
+	return resp.Result.Data.RuleID
+}
+
+// outsideReason explains why a stored decision differs from the current rules' baseline.
+func outsideReason(rec storage.StepRecord, ruleID, baseline string) string {
+	matched := func(id string) bool {
+		return slices.ContainsFunc(rec.MatchedRules, func(m storage.RuleMatch) bool { return m.RuleID == id })
+	}
+	switch {
+	case ruleID == holds.BlockRuleID || matched(holds.BlockRuleID):
+		return OutsideSessionBlocked
+	case ruleID == holds.PauseRuleID || matched(holds.PauseRuleID):
+		return OutsideSessionPaused
+	case !rec.Held && holds.IsRemembered(ruleID):
+		return OutsideRemembered
+	case rec.Held && baseline == string(rules.ActionHold):
+		return OutsideHeld
+	}
+	return OutsideRulesChanged
+}
+
+const maxOutsideExamples = 20
+
+// Backtest replays the current rule set (the baseline) and a draft set (the candidate)
+// over the newest stored steps and reports the steps where they decide differently. Each
+// step's environment is built once and both sets see it: the earlier steps of its session
+// within the window as its history, as it would have live. Comparing two fresh
+// evaluations, rather than the draft with the stored decisions, keeps out of the changes
+// everything that is not the draft: session blocks and pauses, remembered approvals,
+// people's decisions on holds and rules changed since the step arrived. Those are counted
+// apart, in OutsideRules.
 func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestResult, error) {
 	limit := req.Limit
 	if limit <= 0 {
@@ -289,9 +369,15 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 	if s.opts.EnvForStep == nil {
 		return BacktestResult{}, errors.New("rulesapi: replaying stored steps is not configured")
 	}
-	prog, err := s.compileDraft(ctx, req.Rules)
+	base, err := s.compileDraft(ctx, nil)
 	if err != nil {
-		return BacktestResult{}, err
+		return BacktestResult{}, fmt.Errorf("rulesapi: compile the current rules: %w", err)
+	}
+	cand := base
+	if req.Rules != nil {
+		if cand, err = s.compileDraft(ctx, req.Rules); err != nil {
+			return BacktestResult{}, err
+		}
 	}
 	ctx, done, err := s.draftRun(ctx, true)
 	if err != nil {
@@ -303,7 +389,9 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 		return BacktestResult{}, err
 	}
 
-	res := BacktestResult{ByChange: map[string]int{}, Decisions: map[string]int{}, Examples: []BacktestExample{}}
+	res := BacktestResult{ByChange: map[string]int{}, Decisions: map[string]int{},
+		BaselineDecisions: map[string]int{}, Examples: []BacktestExample{},
+		OutsideRules: OutsideRules{ByReason: map[string]int{}, Examples: []OutsideExample{}}}
 	if len(steps) > 0 {
 		res.FromSeq, res.ToSeq = steps[0].Seq, steps[len(steps)-1].Seq
 	}
@@ -323,23 +411,33 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 			res.Skipped++
 			continue
 		}
+		// The engine copies the env it is given, so both sets see the same one.
 		start := time.Now()
-		v, err := prog.EvaluateContext(ctx, env)
+		bv, err := base.EvaluateContext(ctx, env)
 		if err != nil {
 			return BacktestResult{}, s.draftErr(ctx, "backtest", err)
 		}
+		cv := bv
+		if cand != base {
+			if cv, err = cand.EvaluateContext(ctx, env); err != nil {
+				return BacktestResult{}, s.draftErr(ctx, "backtest", err)
+			}
+		}
 		evalTime += time.Since(start)
 		res.Evaluated++
-		after := string(v.Action)
+		before, after := string(bv.Action), string(cv.Action)
+		res.BaselineDecisions[before]++
 		res.Decisions[after]++
 		var ruleIDs []string
-		for _, m := range v.Matches {
+		for _, m := range cv.Matches {
 			if m.Error != "" {
 				res.RuleErrors++
 			}
 			ruleIDs = append(ruleIDs, m.RuleID)
 		}
-		before := storedDecision(rec)
+		if rec.Decision != before {
+			res.outside(rec, before)
+		}
 		if before == after {
 			continue
 		}
@@ -350,8 +448,8 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 				ruleIDs = []string{}
 			}
 			res.Examples = append(res.Examples, BacktestExample{Seq: rec.Seq, Method: rec.Method,
-				SessionID: rec.SessionID, Tool: rec.Tool, Before: before, After: after,
-				Rules: ruleIDs, Message: v.Message})
+				SessionID: rec.SessionID, Tool: rec.Tool, Before: before, After: after, Stored: rec.Decision,
+				Rules: ruleIDs, Message: cv.Message})
 		}
 	}
 	res.EvalMicros = evalTime.Microseconds()
@@ -359,4 +457,17 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 		res.AvgMicros = float64(evalTime.Nanoseconds()) / 1000 / float64(res.Evaluated)
 	}
 	return res, nil
+}
+
+// outside counts a step whose stored decision differs from the baseline.
+func (res *BacktestResult) outside(rec storage.StepRecord, baseline string) {
+	ruleID := storedRuleID(rec)
+	reason := outsideReason(rec, ruleID, baseline)
+	o := &res.OutsideRules
+	o.Total++
+	o.ByReason[reason]++
+	if len(o.Examples) < maxOutsideExamples {
+		o.Examples = append(o.Examples, OutsideExample{Seq: rec.Seq, Method: rec.Method, SessionID: rec.SessionID,
+			Tool: rec.Tool, Stored: rec.Decision, Held: rec.Held, Baseline: baseline, Reason: reason, RuleID: ruleID})
+	}
 }

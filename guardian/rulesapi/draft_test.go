@@ -29,7 +29,8 @@ func seedSteps(t *testing.T, db *storage.DB) []storage.StepRecord {
 func TestBacktest(t *testing.T) {
 	f := newFixture(t)
 	steps := seedSteps(t, f.db)
-	// The live rules say nothing about email; a draft that denies it changes four steps.
+	// The live rules say nothing about email; a draft that denies it changes four steps, and
+	// its hold rule a fifth. The draft leaves out no-rm, so the denied rm now passes.
 	f.call("POST", "/api/rules", denyTool("no-rm", "rm"), http.StatusCreated, nil)
 
 	hold := rules.Rule{ID: "hold-transfer", When: `tool == "transfer"`, Action: rules.ActionHold, Enabled: true}
@@ -43,18 +44,21 @@ func TestBacktest(t *testing.T) {
 	}
 	res := backtest(map[string]any{"rules": draft})
 	require.Equal(t, 7, res.Evaluated)
-	require.Equal(t, 5, res.Changed)
-	require.Equal(t, map[string]int{"allow->deny": 4, "deny->allow": 1}, res.ByChange)
+	require.Equal(t, 6, res.Changed)
+	require.Equal(t, map[string]int{"allow->deny": 4, "deny->allow": 1, "allow->hold": 1}, res.ByChange)
 	require.Equal(t, map[string]int{"deny": 4, "allow": 2, "hold": 1}, res.Decisions)
+	require.Equal(t, map[string]int{"allow": 6, "deny": 1}, res.BaselineDecisions)
+	require.Zero(t, res.OutsideRules.Total)
 	require.Equal(t, steps[0].Seq, res.FromSeq)
 	require.Equal(t, steps[6].Seq, res.ToSeq)
-	require.Len(t, res.Examples, 5)
+	require.Len(t, res.Examples, 6)
 	ex := res.Examples[0]
 	require.Equal(t, steps[0].Seq, ex.Seq)
 	require.Equal(t, "s1", ex.SessionID)
 	require.Equal(t, "send_email", ex.Tool)
 	require.Equal(t, "allow", ex.Before)
 	require.Equal(t, "deny", ex.After)
+	require.Equal(t, "allow", ex.Stored)
 	require.Equal(t, []string{"no-email"}, ex.Rules)
 	require.Equal(t, "send_email is not allowed", ex.Message)
 	require.Equal(t, steps[3].Seq, res.Examples[2].Seq)
@@ -64,7 +68,7 @@ func TestBacktest(t *testing.T) {
 	// History is the earlier steps of the same session inside the window.
 	byCount := []rules.Rule{{ID: "busy", When: `session.stepCount >= 2 && len(session.steps) == session.stepCount`, Action: rules.ActionDeny, Enabled: true}}
 	res = backtest(map[string]any{"rules": byCount})
-	require.Equal(t, map[string]int{"allow->deny": 3, "deny->allow": 1, "hold->allow": 1}, res.ByChange)
+	require.Equal(t, map[string]int{"allow->deny": 3, "deny->allow": 1}, res.ByChange)
 	seqs := []int64{}
 	for _, e := range res.Examples {
 		if e.After == "deny" {
@@ -84,10 +88,10 @@ func TestBacktest(t *testing.T) {
 	require.Equal(t, 3, res.Evaluated)
 	require.Equal(t, map[string]int{"allow->deny": 2}, res.ByChange)
 
-	// Without rules the stored set is replayed: it agrees with the stored decisions, but
-	// for the held transfer that no stored rule holds.
+	// Without rules the stored set is replayed against itself: nothing changes.
 	res = backtest(map[string]any{})
-	require.Equal(t, map[string]int{"hold->allow": 1}, res.ByChange)
+	require.Zero(t, res.Changed)
+	require.Equal(t, map[string]int{}, res.ByChange)
 
 	var e apiErr
 	f.call("POST", "/api/rules/backtest", map[string]any{"limit": 10001}, http.StatusBadRequest, &e)
@@ -107,7 +111,12 @@ func TestBacktestCountsUndecodableSteps(t *testing.T) {
 	f.call("POST", "/api/rules/backtest", map[string]any{"rules": []rules.Rule{}}, http.StatusOK, &res)
 	require.Equal(t, 1, res.Skipped)
 	require.Equal(t, 7, res.Evaluated)
-	require.Equal(t, map[string]int{"deny->allow": 1, "hold->allow": 1}, res.ByChange)
+	// No rules are stored and the draft is empty: nothing changes, but the denied rm was
+	// decided by rules that are gone.
+	require.Equal(t, map[string]int{}, res.ByChange)
+	require.Equal(t, OutsideRules{Total: 1, ByReason: map[string]int{OutsideRulesChanged: 1},
+		Examples: []OutsideExample{{Seq: res.OutsideRules.Examples[0].Seq, Method: "steps/toolCallRequest",
+			SessionID: "s2", Tool: "rm", Stored: "deny", Baseline: "allow", Reason: OutsideRulesChanged}}}, res.OutsideRules)
 }
 
 func TestTestEndpoint(t *testing.T) {
@@ -164,4 +173,116 @@ func TestTestEndpoint(t *testing.T) {
 	f.call("POST", "/api/rules/test", map[string]any{"rules": []rules.Rule{{ID: "x", When: "1 +", Action: "deny"}}, "step": step("x")},
 		http.StatusBadRequest, &e)
 	require.Equal(t, "invalid_rule", e.Error.Code)
+}
+
+// storeDecided stores a tool call decided as the guardian records it: the deciding rule in
+// the response's data.ruleId, the rules that matched in MatchedRules.
+func storeDecided(t *testing.T, db *storage.DB, sid, tool, decision string, held bool, ruleID string, matched ...storage.RuleMatch) storage.StepRecord {
+	t.Helper()
+	params, err := json.Marshal(fakeParams{Tool: tool})
+	require.NoError(t, err)
+	req, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "steps/toolCallRequest", "params": json.RawMessage(params)})
+	require.NoError(t, err)
+	result := map[string]any{"decision": decision}
+	if ruleID != "" {
+		result["data"] = map[string]any{"ruleId": ruleID}
+	}
+	resp, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "result": result})
+	require.NoError(t, err)
+	if matched == nil {
+		matched = []storage.RuleMatch{}
+	}
+	rec := storage.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall", Tool: tool,
+		Decision: decision, Held: held, ReceivedAt: t0, Request: req, Response: resp, MatchedRules: matched}
+	require.NoError(t, db.SaveStep(context.Background(), &rec))
+	return rec
+}
+
+// TestBacktestReportsOnlyTheDraftsDifference replays steps whose stored decisions the
+// current rules would not reach for reasons that are not rules: an unchanged rule set must
+// change nothing, and those steps are reported apart.
+func TestBacktestReportsOnlyTheDraftsDifference(t *testing.T) {
+	f := newFixture(t)
+	holdTransfer := rules.Rule{ID: "hold-transfer", When: `tool == "transfer"`, Action: rules.ActionHold, Enabled: true}
+	remembered := rules.Rule{ID: "remember-agent-transfer-0a1b2c3d", When: `tool == "transfer"`, Action: rules.ActionAllow,
+		Enabled: true, Priority: 1000, ReasonCode: "REMEMBERED_APPROVAL"}
+	f.call("POST", "/api/rules", holdTransfer, http.StatusCreated, nil)
+	f.call("POST", "/api/rules", remembered, http.StatusCreated, nil)
+
+	holdMatch := storage.RuleMatch{RuleID: "hold-transfer", Action: "hold", Mode: "enforce"}
+	rememberMatch := storage.RuleMatch{RuleID: remembered.ID, Action: "allow", Mode: "enforce", ReasonCode: "REMEMBERED_APPROVAL"}
+	steps := []storage.StepRecord{
+		// Stored before no-rm was created.
+		storeDecided(t, f.db, "s1", "rm", "allow", false, ""),
+		storeDecided(t, f.db, "s1", "rm", "allow", false, ""),
+		// An operator had blocked s2 and paused s3 (then denied its step).
+		storeDecided(t, f.db, "s2", "read_file", "deny", false, "session-blocked"),
+		storeDecided(t, f.db, "s3", "read_file", "deny", true, "session-paused"),
+		// Held, then approved by a person; later let through by the remembered approval.
+		storeDecided(t, f.db, "s4", "transfer", "allow", true, "hold-transfer", holdMatch),
+		storeDecided(t, f.db, "s4", "transfer", "allow", false, remembered.ID, holdMatch, rememberMatch),
+		// Held and denied by a person: the person's decision, not the rules'.
+		storeDecided(t, f.db, "s5", "transfer", "deny", true, "hold-transfer", holdMatch),
+		// Decided as the current rules decide.
+		storeDecided(t, f.db, "s1", "read_file", "allow", false, ""),
+	}
+	noRm := denyTool("no-rm", "rm")
+	f.call("POST", "/api/rules", noRm, http.StatusCreated, nil)
+
+	var current struct{ Rules []ruleJSON }
+	f.call("GET", "/api/rules", nil, http.StatusOK, &current)
+	unchanged := make([]rules.Rule, len(current.Rules))
+	for i, r := range current.Rules {
+		unchanged[i] = r.Rule
+	}
+
+	wantOutside := map[string]int{OutsideRulesChanged: 2, OutsideSessionBlocked: 1, OutsideSessionPaused: 1,
+		OutsideHeld: 2, OutsideRemembered: 1}
+	for name, body := range map[string]map[string]any{
+		"the current set, as the editor sends it": {"rules": unchanged},
+		"no rules: the stored set":                {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var res BacktestResult
+			f.call("POST", "/api/rules/backtest", body, http.StatusOK, &res)
+			require.Equal(t, len(steps), res.Evaluated)
+			require.Zero(t, res.Changed)
+			require.Equal(t, map[string]int{}, res.ByChange)
+			require.Empty(t, res.Examples)
+			require.Equal(t, res.BaselineDecisions, res.Decisions)
+			require.Equal(t, map[string]int{"deny": 2, "allow": 3, "hold": 3}, res.BaselineDecisions)
+			require.Equal(t, 7, res.OutsideRules.Total)
+			require.Equal(t, wantOutside, res.OutsideRules.ByReason)
+			reasons := map[int64]string{}
+			for _, e := range res.OutsideRules.Examples {
+				reasons[e.Seq] = e.Reason
+			}
+			require.Equal(t, map[int64]string{
+				steps[0].Seq: OutsideRulesChanged, steps[1].Seq: OutsideRulesChanged,
+				steps[2].Seq: OutsideSessionBlocked, steps[3].Seq: OutsideSessionPaused,
+				steps[4].Seq: OutsideHeld, steps[5].Seq: OutsideRemembered, steps[6].Seq: OutsideHeld,
+			}, reasons)
+		})
+	}
+
+	// A real change: transfers are denied rather than held. Exactly the three transfers
+	// change, whatever was stored for them.
+	draft := append([]rules.Rule(nil), unchanged...)
+	for i := range draft {
+		if draft[i].ID == "hold-transfer" {
+			draft[i].Action = rules.ActionDeny
+		}
+	}
+	var res BacktestResult
+	f.call("POST", "/api/rules/backtest", map[string]any{"rules": draft}, http.StatusOK, &res)
+	require.Equal(t, 3, res.Changed)
+	require.Equal(t, map[string]int{"hold->deny": 3}, res.ByChange)
+	var seqs []int64
+	for _, e := range res.Examples {
+		seqs = append(seqs, e.Seq)
+		require.Equal(t, []string{"hold-transfer", remembered.ID}, e.Rules)
+	}
+	require.Equal(t, []int64{steps[4].Seq, steps[5].Seq, steps[6].Seq}, seqs)
+	require.Equal(t, []string{"allow", "allow", "deny"}, []string{res.Examples[0].Stored, res.Examples[1].Stored, res.Examples[2].Stored})
+	require.Equal(t, 7, res.OutsideRules.Total, "what is outside the rules does not depend on the draft")
 }

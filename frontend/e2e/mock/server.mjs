@@ -331,7 +331,7 @@ async function handleAOS(req, res) {
   let held = false;
   let response;
   const control = session?.control ?? 'active';
-  if (control === 'blocked') verdict = { ...verdict, decision: 'deny', message: 'This session is blocked by an operator', reasonCode: ['SESSION_BLOCKED'] };
+  if (control === 'blocked') verdict = { ...verdict, decision: 'deny', ruleId: 'session-blocked', message: 'This session is blocked by an operator', reasonCode: ['SESSION_BLOCKED'] };
   const holdRule = verdict.decision === 'hold' ? verdict.rule : null;
   if (holdRule || control === 'paused') {
     held = true;
@@ -387,7 +387,8 @@ async function handleAOS(req, res) {
   } else if (verdict.decision === 'modify' && verdict.rule) {
     verdict.modifiedRequest = modifiedRequest(rpc, verdict.rule);
   }
-  const result = { decision: verdict.decision, message: verdict.message, reasonCode: verdict.reasonCode, ...(verdict.modifiedRequest ? { modifiedRequest: verdict.modifiedRequest } : {}) };
+  const decidingRule = verdict.ruleId ?? verdict.rule?.id;
+  const result = { decision: verdict.decision, message: verdict.message, reasonCode: verdict.reasonCode, ...(decidingRule ? { data: { ruleId: decidingRule } } : {}), ...(verdict.modifiedRequest ? { modifiedRequest: verdict.modifiedRequest } : {}) };
   response = { jsonrpc: '2.0', id: rpc.id, result };
   const step = {
     seq: 0,
@@ -742,6 +743,87 @@ function resolveHold(id, status, body, res) {
   json(res, 200, h);
 }
 
+// The guardian's GET /api/compare in small: turns paired in order, steps within a turn
+// aligned by an LCS over (kind, tool).
+function compareSessions(a, b) {
+  const MAX = 2000;
+  const load = (id) => stepOrder.map((sq) => materialize(sq)).filter((s) => s && s.sessionId === id);
+  const all = [load(a), load(b)];
+  const sides = all.map((list, i) => ({ session: sessionView(sessions.get([a, b][i])), steps: Math.min(MAX, list.length), truncated: list.length > MAX }));
+  const turnsOf = (list) => {
+    /** @type {any[][]} */
+    const out = [];
+    let cur = null;
+    for (const s of list.slice(0, MAX)) {
+      if (!out.length || (s.turnId && s.turnId !== cur)) out.push([]);
+      if (s.turnId) cur = s.turnId;
+      out[out.length - 1].push(s);
+    }
+    return out;
+  };
+  const view = (s) => ({ seq: s.seq, turnId: s.turnId, stepId: s.stepId, method: s.method, kind: s.kind, tool: s.tool, decision: s.decision, held: s.held, text: s.text, rules: (s.matchedRules ?? []).map((m) => `${m.ruleId}:${m.action}`).sort() });
+  const inputsOf = (s) => Object.fromEntries((s.request?.params?.toolCallRequest?.inputs ?? []).map((x) => [x.name, x.value]));
+  const pair = (turn, x, y) => {
+    /** @type {{turn: number, a: any, b: any, status: string, diff: string[], inputs?: any[]}} */
+    const row = { turn, a: view(x), b: view(y), status: 'same', diff: [] };
+    if (x.decision !== y.decision || x.held !== y.held) row.diff.push('decision');
+    if (x.tool !== y.tool) row.diff.push('tool');
+    const ia = inputsOf(x);
+    const ib = inputsOf(y);
+    /** @type {any[]} */
+    const ops = [];
+    for (const k of [...new Set([...Object.keys(ia), ...Object.keys(ib)])].sort()) {
+      if (!(k in ib)) ops.push({ op: 'remove', path: `/${k}`, old: ia[k] });
+      else if (!(k in ia)) ops.push({ op: 'add', path: `/${k}`, value: ib[k] });
+      else if (JSON.stringify(ia[k]) !== JSON.stringify(ib[k])) ops.push({ op: 'replace', path: `/${k}`, value: ib[k], old: ia[k] });
+    }
+    if (ops.length) {
+      row.inputs = ops;
+      row.diff.push('inputs');
+    }
+    if (x.text !== y.text) row.diff.push('text');
+    if (JSON.stringify(row.a.rules) !== JSON.stringify(row.b.rules)) row.diff.push('rules');
+    if (row.diff.length) row.status = 'differ';
+    return row;
+  };
+  /** @type {any[]} */
+  const rows = [];
+  const [ta, tb] = all.map(turnsOf);
+  for (let t = 0; t < Math.max(ta.length, tb.length); t++) {
+    const x = ta[t] ?? [];
+    const y = tb[t] ?? [];
+    const key = (s) => `${s.kind}\u0000${s.tool}`;
+    const L = Array.from({ length: x.length + 1 }, () => new Array(y.length + 1).fill(0));
+    for (let i = x.length - 1; i >= 0; i--) for (let j = y.length - 1; j >= 0; j--) L[i][j] = key(x[i]) === key(y[j]) ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+    let i = 0;
+    let j = 0;
+    /** @type {any[][]} */
+    const gap = [[], []];
+    const flush = () => {
+      let p = 0;
+      let k = 0;
+      while (p < gap[0].length || k < gap[1].length) {
+        if (p < gap[0].length && k < gap[1].length && gap[0][p].kind === gap[1][k].kind) rows.push(pair(t + 1, gap[0][p++], gap[1][k++]));
+        else if (p < gap[0].length) rows.push({ turn: t + 1, a: view(gap[0][p++]), b: null, status: 'onlyA' });
+        else rows.push({ turn: t + 1, a: null, b: view(gap[1][k++]), status: 'onlyB' });
+      }
+      gap[0] = [];
+      gap[1] = [];
+    };
+    while (i < x.length || j < y.length) {
+      if (i < x.length && j < y.length && key(x[i]) === key(y[j])) {
+        flush();
+        rows.push(pair(t + 1, x[i++], y[j++]));
+      } else if (j >= y.length || (i < x.length && L[i + 1][j] >= L[i][j + 1])) gap[0].push(x[i++]);
+      else gap[1].push(y[j++]);
+    }
+    flush();
+  }
+  const summary = { same: 0, differ: 0, onlyA: 0, onlyB: 0 };
+  for (const r of rows) summary[r.status]++;
+  return { a: sides[0], b: sides[1], rows, summary, maxSteps: MAX, elapsedMicros: 0 };
+}
+
 async function api(req, res, url) {
   const p = url.pathname;
   const q = url.searchParams;
@@ -864,23 +946,41 @@ async function api(req, res, url) {
       const errs = validateRule(rl);
       if (errs.length) return fail(res, 400, 'invalid_rule', `${rl.id}: ${errs[0].message}`);
     }
-    const limit = Math.min(100_000, Number(body.limit ?? 1000));
+    const limit = Math.min(10_000, Number(body.limit ?? 1000));
     const recent = stepOrder.slice(-limit);
+    // As the guardian: the current rules and the draft set, both evaluated afresh; stored
+    // decisions that differ from the current rules are reported apart.
+    const current = [...rules.values()];
     let changed = 0;
     const byChange = {};
     const examples = [];
+    /** @type {{total: number, byReason: Record<string, number>, examples: any[]}} */
+    const outside = { total: 0, byReason: {}, examples: [] };
     for (const sq of recent) {
       const s = materialize(sq);
-      const v = decide(body.rules ?? [], s.request, s.sessionId, false);
-      const before = s.held ? 'hold' : s.decision;
+      const before = decide(current, s.request, s.sessionId, false).decision;
+      const v = body.rules ? decide(body.rules, s.request, s.sessionId, false) : { decision: before, matches: [] };
+      if (s.decision !== before) {
+        const codes = s.response?.result?.reasonCode ?? [];
+        const reason = codes.includes('SESSION_BLOCKED') ? 'sessionBlocked' : s.held && before === 'hold' ? 'held' : 'rulesChanged';
+        outside.total++;
+        outside.byReason[reason] = (outside.byReason[reason] ?? 0) + 1;
+        if (outside.examples.length < 20) outside.examples.push({ seq: s.seq, method: s.method, sessionId: s.sessionId, tool: s.tool, stored: s.decision, held: s.held, baseline: before, reason });
+      }
       if (v.decision !== before) {
         changed++;
         const k = `${before}->${v.decision}`;
         byChange[k] = (byChange[k] ?? 0) + 1;
-        if (examples.length < 50) examples.push({ seq: s.seq, method: s.method, sessionId: s.sessionId, before, after: v.decision, rules: v.matches.map((x) => x.ruleId) });
+        if (examples.length < 50) examples.push({ seq: s.seq, method: s.method, sessionId: s.sessionId, before, after: v.decision, stored: s.decision, rules: v.matches.map((x) => x.ruleId) });
       }
     }
-    return json(res, 200, { evaluated: recent.length, changed, byChange, examples });
+    return json(res, 200, { evaluated: recent.length, changed, byChange, examples, outsideRules: outside });
+  }
+  if (p === '/api/compare' && req.method === 'GET') {
+    const ids = [q.get('a'), q.get('b')];
+    if (!ids[0] || !ids[1]) return fail(res, 400, 'invalid_argument', 'a and b: the ids of two sessions are required');
+    for (const id of ids) if (!sessions.has(id)) return fail(res, 404, 'not_found', `session ${id} not found`);
+    return json(res, 200, compareSessions(ids[0], ids[1]));
   }
   if (p === '/api/rules/export' && req.method === 'GET') {
     const list = [...rules.values()].map((x) => {

@@ -7,6 +7,7 @@ export type Route =
   | { page: 'rules'; id?: string; isNew?: boolean }
   | { page: 'overview' }
   | { page: 'audit'; sessionId?: string }
+  | { page: 'compare'; a?: string; b?: string }
   | { page: 'search'; query: SearchParams };
 
 /** The search page's query and filters, as they appear in its URL. */
@@ -61,6 +62,12 @@ export function parseHash(hash: string): Route {
       }
       return { page: 'search', query };
     }
+    case 'compare': {
+      const r: Route = { page: 'compare' };
+      if (q.get('a')) r.a = q.get('a')!;
+      if (q.get('b')) r.b = q.get('b')!;
+      return r;
+    }
     default:
       return { page: 'live' };
   }
@@ -89,6 +96,13 @@ export function href(r: Route): string {
       }
       const qs = q.toString();
       return qs ? `#/search?${qs}` : '#/search';
+    }
+    case 'compare': {
+      const q = new URLSearchParams();
+      if (r.a) q.set('a', r.a);
+      if (r.b) q.set('b', r.b);
+      const qs = q.toString();
+      return qs ? `#/compare?${qs}` : '#/compare';
     }
   }
 }

@@ -153,16 +153,43 @@ export interface BacktestExample {
   seq: number;
   method: string;
   sessionId: string;
+  tool?: string;
+  /** The current rules' decision. */
   before: Decision;
+  /** The draft's decision. */
   after: Decision;
+  /** The decision the step was given when it arrived. */
+  stored?: Decision;
   rules?: string[] | null;
+}
+
+/** Why a stored decision differs from the current rules' decision. */
+export type OutsideReason = 'sessionBlocked' | 'sessionPaused' | 'rememberedApproval' | 'held' | 'rulesChanged';
+
+export interface OutsideExample {
+  seq: number;
+  method: string;
+  sessionId: string;
+  tool?: string;
+  stored: Decision;
+  held?: boolean;
+  baseline: Decision;
+  reason: OutsideReason;
+  ruleId?: string;
 }
 
 export interface BacktestResult {
   evaluated: number;
+  /** Steps the draft decides differently from the current rules. */
   changed: number;
   byChange: Record<string, number> | null;
   examples: BacktestExample[] | null;
+  decisions?: Record<string, number> | null;
+  baselineDecisions?: Record<string, number> | null;
+  /** Stored decisions the current rules would not reach, for reasons outside the draft. */
+  outsideRules?: { total: number; byReason: Partial<Record<OutsideReason, number>> | null; examples: OutsideExample[] | null };
+  skipped?: number;
+  ruleErrors?: number;
 }
 
 export interface MinuteStats {

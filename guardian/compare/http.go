@@ -1,0 +1,149 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Store is what a comparison reads; *storage.DB implements it.
+type Store interface {
+	Session(ctx context.Context, id string) (storage.Session, error)
+	// Steps pages through a session's steps in seq order (at most 1000 a page).
+	Steps(ctx context.Context, q storage.StepQuery) ([]storage.StepRecord, error)
+}
+
+// Side describes one of the two sessions.
+type Side struct {
+	Session storage.Session `json:"session"`
+	// Steps is how many of its steps were compared; Truncated says the session has more
+	// than MaxSteps and the rest was left out.
+	Steps     int  `json:"steps"`
+	Truncated bool `json:"truncated"`
+}
+
+// Result is the answer of GET /api/compare.
+type Result struct {
+	A       Side    `json:"a"`
+	B       Side    `json:"b"`
+	Rows    []Row   `json:"rows"`
+	Summary Summary `json:"summary"`
+	// MaxSteps is the per-side bound, so a client can say what "truncated" means.
+	MaxSteps      int   `json:"maxSteps"`
+	ElapsedMicros int64 `json:"elapsedMicros"`
+}
+
+// Service answers comparisons. At most MaxRunning run at once (each can hold two sides of
+// MaxSteps steps and an alignment table); a further one is refused with 429.
+type Service struct {
+	store Store
+	log   *slog.Logger
+	sem   chan struct{}
+}
+
+// MaxRunning is how many comparisons run at once.
+const MaxRunning = 2
+
+// New builds the service.
+func New(store Store, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: store, log: log, sem: make(chan struct{}, MaxRunning)}
+}
+
+// Register mounts GET /api/compare?a=SESSION&b=SESSION.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/compare", s.handle)
+}
+
+// maxIDBytes bounds a session id in the query.
+const maxIDBytes = 1024
+
+func (s *Service) handle(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	a, b := q.Get("a"), q.Get("b")
+	for name, v := range map[string]string{"a": a, "b": b} {
+		if v == "" || len(v) > maxIDBytes {
+			apijson.Error(w, http.StatusBadRequest, "invalid_argument",
+				fmt.Sprintf("%s: the id of a session is required (at most %d bytes)", name, maxIDBytes))
+			return
+		}
+	}
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		apijson.Error(w, http.StatusTooManyRequests, "busy", fmt.Sprintf("%d comparisons are already running; try again shortly", MaxRunning))
+		return
+	}
+	res, err := s.Compare(r.Context(), a, b)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			apijson.Error(w, http.StatusNotFound, "not_found", err.Error())
+			return
+		}
+		if r.Context().Err() == nil {
+			s.log.Error("compare sessions", "a", a, "b", b, "err", err)
+		}
+		apijson.Error(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	apijson.Write(w, http.StatusOK, res)
+}
+
+// Compare aligns the first MaxSteps steps of sessions a and b.
+func (s *Service) Compare(ctx context.Context, a, b string) (Result, error) {
+	start := time.Now()
+	sa, err := s.side(ctx, a)
+	if err != nil {
+		return Result{}, err
+	}
+	sb, err := s.side(ctx, b)
+	if err != nil {
+		return Result{}, err
+	}
+	rows, sum := Align(sa.steps, sb.steps)
+	return Result{A: sa.Side, B: sb.Side, Rows: rows, Summary: sum, MaxSteps: MaxSteps,
+		ElapsedMicros: time.Since(start).Microseconds()}, nil
+}
+
+type loaded struct {
+	Side
+	steps []storage.StepRecord
+}
+
+func (s *Service) side(ctx context.Context, id string) (loaded, error) {
+	sess, err := s.store.Session(ctx, id)
+	if err != nil {
+		return loaded{}, fmt.Errorf("compare: %w", err)
+	}
+	var steps []storage.StepRecord
+	after := int64(0)
+	for len(steps) <= MaxSteps {
+		// One more than MaxSteps tells a cut-off session from one of exactly MaxSteps.
+		limit := min(1000, MaxSteps+1-len(steps))
+		page, err := s.store.Steps(ctx, storage.StepQuery{SessionID: id, After: after, Limit: limit})
+		if err != nil {
+			return loaded{}, fmt.Errorf("compare: %w", err)
+		}
+		steps = append(steps, page...)
+		if len(page) < limit || len(steps) > MaxSteps {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	out := loaded{Side: Side{Session: sess}}
+	if len(steps) > MaxSteps {
+		steps, out.Truncated = steps[:MaxSteps], true
+	}
+	out.steps, out.Steps = steps, len(steps)
+	return out, nil
+}
