@@ -416,7 +416,7 @@ func (db *DB) HoldBySeq(ctx context.Context, seq int64) (Hold, error) {
 		return Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, ErrNotFound)
 	}
 	h, err := scanHold(db.Reader().QueryRowContext(ctx,
-		`SELECT `+holdColumns+` FROM holds WHERE seq = ? ORDER BY created_at DESC, id DESC LIMIT 1`, seq))
+		`SELECT `+holdColumns+` FROM holds WHERE seq = ? AND seq > 0 ORDER BY created_at DESC, id DESC LIMIT 1`, seq))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, ErrNotFound)
 	}
