@@ -276,7 +276,13 @@ func (db *DB) ResolveHold(ctx context.Context, id string, res HoldResolution, au
 // resolvedEventsTx writes the hold.resolved event of h and its audit entry (when a is not
 // nil), filling the entry's hold fields from h.
 func (db *DB) resolvedEventsTx(tx *sql.Tx, h Hold, a *auditArgs) ([]Event, error) {
-	payload, err := json.Marshal(h)
+	// The event says how the hold ended; the request (up to the body limit, already in
+	// the hold.created event and the hold row) and the operator's params stay out of it, so
+	// that ending a thousand large holds at once, as a shutdown does, writes little.
+	// GET /api/holds/{id} has them.
+	brief := h
+	brief.Request, brief.Params = nil, nil
+	payload, err := json.Marshal(brief)
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode hold %s: %w", h.ID, err)
 	}
