@@ -53,6 +53,12 @@ describe('governance', () => {
     await detail.getByText('Change to the rule').waitFor();
     await detail.getByText('/enabled').waitFor();
     await shot(page, 'gov-02-audit-rule-change');
+
+    // The filter is in the URL: a reload (or a shared link) shows the same entries.
+    await page.waitForURL(/#\/audit\?type=rule/);
+    await page.reload();
+    assert.equal(await page.getByLabel('Action type').inputValue(), 'rule');
+    await page.locator('.arow', { hasText: 'Rule disabled' }).waitFor();
   });
 
   test('the overview counts a held step as held and keeps review time out of the guardian latency', async () => {
@@ -141,7 +147,7 @@ describe('search', () => {
 
     // Typing updates the URL and the results.
     await page.getByTestId('search-decision').selectOption('');
-    await page.getByTestId('search-q').fill('payroll pol');
+    await page.getByTestId('search-q').fill('payroll pol*');
     await page.waitForURL(/q=payroll\+pol/);
     await page.waitForFunction(() => document.querySelectorAll('[data-testid="search-hit"]').length === 1);
     await hits.first().getByText('policy', { exact: false }).waitFor();

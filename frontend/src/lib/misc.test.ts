@@ -20,6 +20,7 @@ describe('router', () => {
     ['#/rules/big-transfer', { page: 'rules', id: 'big-transfer' }],
     ['#/overview', { page: 'overview' }],
     ['#/audit?session=s1', { page: 'audit', sessionId: 's1' }],
+    ['#/audit?session=s1&type=rule&operator=rita', { page: 'audit', sessionId: 's1', type: 'rule', operator: 'rita' }],
     ['#/search', { page: 'search', query: {} }],
     ['#/search?q=%22exact+phrase%22+pay&decision=held&tool=send_email&from=2025-06-01T12%3A00%3A00.000Z&junk=1', {
       page: 'search',

@@ -6,7 +6,7 @@ export type Route =
   | { page: 'held'; hold?: string }
   | { page: 'rules'; id?: string; isNew?: boolean }
   | { page: 'overview' }
-  | { page: 'audit'; sessionId?: string }
+  | { page: 'audit'; sessionId?: string; type?: string; operator?: string }
   | { page: 'compare'; a?: string; b?: string }
   | { page: 'search'; query: SearchParams };
 
@@ -51,8 +51,11 @@ export function parseHash(hash: string): Route {
     case 'overview':
       return { page: 'overview' };
     case 'audit': {
-      const s = q.get('session');
-      return s ? { page: 'audit', sessionId: s } : { page: 'audit' };
+      const r: Route = { page: 'audit' };
+      if (q.get('session')) r.sessionId = q.get('session')!;
+      if (q.get('type')) r.type = q.get('type')!;
+      if (q.get('operator')) r.operator = q.get('operator')!;
+      return r;
     }
     case 'search': {
       const query: SearchParams = {};
@@ -86,8 +89,14 @@ export function href(r: Route): string {
       return r.isNew ? '#/rules/new' : r.id ? `#/rules/${e(r.id)}` : '#/rules';
     case 'overview':
       return '#/overview';
-    case 'audit':
-      return r.sessionId ? `#/audit?session=${e(r.sessionId)}` : '#/audit';
+    case 'audit': {
+      const q = new URLSearchParams();
+      if (r.sessionId) q.set('session', r.sessionId);
+      if (r.type) q.set('type', r.type);
+      if (r.operator) q.set('operator', r.operator);
+      const qs = q.toString();
+      return qs ? `#/audit?${qs}` : '#/audit';
+    }
     case 'search': {
       const q = new URLSearchParams();
       for (const k of SEARCH_KEYS) {
