@@ -68,7 +68,8 @@ func (db *DB) indexSteps(stop <-chan struct{}) {
 // index complete now.
 func (db *DB) IndexBatch(ctx context.Context, limit int) (int, error) {
 	var n int
-	err := db.Exec(ctx, func(tx *sql.Tx) error {
+	// Alone: it indexes what is stored, and must not hurry the journal's ingestion.
+	err := db.execAlone(ctx, func(tx *sql.Tx) error {
 		var upto, last int64
 		if err := tx.QueryRow(`SELECT upto FROM search_progress WHERE id = 1`).Scan(&upto); err != nil {
 			return fmt.Errorf("read progress: %w", err)

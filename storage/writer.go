@@ -22,6 +22,10 @@ type op struct {
 	flush bool
 	// savepoint isolates run's failure from the rest of the batch (Exec functions).
 	savepoint bool
+	// alone marks a write that takes no seq and needs no journaled step stored first (the
+	// search indexer's): it runs in a transaction of its own and leaves the journal to its
+	// timer, so it does not break up the steps' ingestion batches.
+	alone bool
 	done      chan struct{}
 	err       error
 }
@@ -131,6 +135,12 @@ func (db *DB) submit(ctx context.Context, o *op) error {
 // append an event.
 func (db *DB) Exec(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return db.submit(ctx, &op{savepoint: true, run: func(b *batchTx) error { return fn(b.tx) }})
+}
+
+// execAlone runs fn in a write transaction of its own, without storing the journaled
+// steps first: for writes that take no seq and read no step newer than what is stored.
+func (db *DB) execAlone(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.submit(ctx, &op{savepoint: true, alone: true, run: func(b *batchTx) error { return fn(b.tx) }})
 }
 
 // NextSeqTx appends an event inside a transaction given to an Exec function and returns its
@@ -424,12 +434,21 @@ func notify(c chan struct{}) {
 // runBatch runs queued ops: Flush requests need only the journaled steps copied; other
 // writes take seqs, so they run with the journal held still, after every journaled step.
 func (db *DB) runBatch(batch []*op) {
-	var flushes, others []*op
+	var flushes, others, alone []*op
 	for _, o := range batch {
-		if o.flush {
+		switch {
+		case o.flush:
 			flushes = append(flushes, o)
-		} else {
+		case o.alone:
+			alone = append(alone, o)
+		default:
 			others = append(others, o)
+		}
+	}
+	if len(alone) > 0 {
+		_ = db.commit(nil, alone) // each op has its own error
+		if len(others) == 0 && len(flushes) == 0 {
+			return
 		}
 	}
 	var err error
