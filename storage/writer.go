@@ -26,8 +26,8 @@ type op struct {
 	// search indexer's): it runs in a transaction of its own and leaves the journal to its
 	// timer, so it does not break up the steps' ingestion batches.
 	alone bool
-	done      chan struct{}
-	err       error
+	done  chan struct{}
+	err   error
 }
 
 // batchTx is the writer's transaction with its statements bound to it.
