@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 )
 
@@ -668,7 +669,9 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 		ran = append(ran, o)
 	}
 	var last int64
-	if len(ran) > 0 {
+	// Ops that run alone take no seq and run without jmu: they leave nextSeq alone.
+	seqs := slices.ContainsFunc(ran, func(o *op) bool { return !o.alone })
+	if seqs {
 		// The ops' events took seqs after every journaled step's; steps carry on after them.
 		if last, err = lastSeq(context.Background(), tx); err != nil {
 			_ = tx.Rollback()
@@ -684,8 +687,8 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 		finish(ran, err)
 		return false, nil, err
 	}
-	if len(ran) > 0 {
-		db.nextSeq = max(db.nextSeq, last+1) // jmu is held when there are ops
+	if seqs {
+		db.nextSeq = max(db.nextSeq, last+1) // jmu is held when there are such ops
 	}
 	db.committed(len(steps) + len(ran))
 	for _, o := range ran {
