@@ -2,6 +2,8 @@ package live
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // ServeHTTP upgrades GET /api/live?after=SEQ&session=ID to a websocket and streams events.
@@ -52,15 +55,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+	id := h.opts.Identify(r)
+	if status, code, msg := h.admit(id); status != 0 {
+		apijson.Error(w, status, code, msg)
 		return
 	}
-	h.conns.Add(1)
-	h.mu.Unlock()
-	defer h.conns.Done()
+	defer h.release(id)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -78,7 +78,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.register <- c:
 		<-c.registered
 	case <-h.stopping:
-		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", errShuttingDown)
 		return
 	case <-r.Context().Done():
 		return
@@ -91,6 +91,55 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	h.serve(ctx, c, conn)
+}
+
+const errShuttingDown = "server shutting down"
+
+// admit counts a new connection of identity id, or returns the HTTP status, error code and
+// message to refuse it with: the caps keep what clients can make the server hold bounded,
+// in total and per identity, whatever each connection costs.
+func (h *Hub) admit(id string) (status int, code, msg string) {
+	h.mu.Lock()
+	switch {
+	case h.closed:
+		status, code, msg = http.StatusServiceUnavailable, "unavailable", errShuttingDown
+	case h.open >= h.opts.MaxClients:
+		status, code, msg = http.StatusServiceUnavailable, "too_many_live_clients", fmt.Sprintf(
+			"the guardian already serves %d live connections, its most; try again later", h.opts.MaxClients)
+	case h.perIdentity[id] >= h.opts.MaxClientsPerIdentity:
+		status, code, msg = http.StatusTooManyRequests, "too_many_live_connections", fmt.Sprintf(
+			"you already have %d live connections open, the most one client may; close one first", h.opts.MaxClientsPerIdentity)
+	default:
+		h.open++
+		h.perIdentity[id]++
+		h.conns.Add(1)
+	}
+	h.mu.Unlock()
+	if code == "too_many_live_clients" || code == "too_many_live_connections" {
+		h.refused.Add(1)
+		h.log.Info("refused a live connection", "identity", id, "status", status, "reason", msg)
+	}
+	return status, code, msg
+}
+
+// release undoes admit once the connection's handler is done.
+func (h *Hub) release(id string) {
+	h.mu.Lock()
+	h.open--
+	h.perIdentity[id]--
+	if h.perIdentity[id] <= 0 {
+		delete(h.perIdentity, id)
+	}
+	h.mu.Unlock()
+	h.conns.Done()
+}
+
+// clientHost is the default identity: the client's IP address without the port.
+func clientHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // leave unregisters c; the hub ignores a client it has dropped already.
@@ -199,9 +248,12 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 			return closeReason{}
 		case f := <-c.send:
 			if f.seq != 0 && f.seq <= last {
+				c.queued.Add(-int64(len(f.data)))
 				continue
 			}
-			if err := h.write(conn, f.data); err != nil {
+			err := h.write(conn, f.data)
+			c.queued.Add(-int64(len(f.data)))
+			if err != nil {
 				h.log.Debug("websocket write failed", "err", err)
 				return closeReason{}
 			}
@@ -217,7 +269,9 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 }
 
 // replay sends stored events after c.after, page by page, and returns the last seq it read.
-// Live events queue up in c.send meanwhile; ok is false when the connection must end.
+// It reads a page only once the previous one is written, so a client that does not read
+// holds one page (bounded in bytes), not the log. Live events queue up in c.send meanwhile;
+// ok is false when the connection must end.
 func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, readerDone <-chan struct{}, ping <-chan time.Time) (last int64, reason closeReason, ok bool) {
 	last = c.after
 	for {
@@ -232,7 +286,7 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 			}
 		default:
 		}
-		evs, err := h.opts.Source.EventsAfter(ctx, last, replayPage)
+		evs, err := h.opts.Source.EventsPage(ctx, last, h.page(replayPage, replayPageBytes))
 		if err != nil {
 			if ctx.Err() != nil {
 				select {
@@ -245,7 +299,13 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 			h.log.Error("replay failed", "after", last, "err", err)
 			return last, closeReplay, false
 		}
-		for _, ev := range evs {
+		if len(evs) == 0 {
+			// A short page may only have reached its byte bound: the end is an empty read.
+			return last, closeReason{}, true
+		}
+		for i, ev := range evs {
+			// What is written need not stay: a write to a stalled client may wait long.
+			evs[i] = storage.Event{}
 			if ev.Seq <= last {
 				continue
 			}
@@ -257,9 +317,6 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 				h.log.Debug("websocket write failed", "err", err)
 				return last, closeReason{}, false
 			}
-		}
-		if len(evs) < replayPage {
-			return last, closeReason{}, true
 		}
 	}
 }
