@@ -21,7 +21,9 @@ import (
 // Without after the client starts live: it receives events published from the moment the
 // handshake completes, with no replay. With after=N it first receives every stored event with
 // seq > N (after=0: the whole log), then live events, with neither a gap nor a duplicate.
-// session=ID keeps only that session's events (stats ticks still pass).
+// session=ID keeps only that session's events (stats ticks still pass). A connection past
+// MaxClients (503) or its identity's MaxClientsPerIdentity (429) is refused before the
+// upgrade.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
@@ -56,8 +58,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	id := h.opts.Identify(r)
-	if status, code, msg := h.admit(id); status != 0 {
-		apijson.Error(w, status, code, msg)
+	if ref := h.admit(id); ref != nil {
+		if ref.capped {
+			h.refused.Add(1)
+			h.log.Info("refused a live connection", "identity", id, "status", ref.status, "reason", ref.msg)
+		}
+		apijson.Error(w, ref.status, ref.code, ref.msg)
 		return
 	}
 	defer h.release(id)
@@ -78,7 +84,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.register <- c:
 		<-c.registered
 	case <-h.stopping:
-		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", errShuttingDown)
+		apijson.Error(w, refuseClosed.status, refuseClosed.code, refuseClosed.msg)
 		return
 	case <-r.Context().Done():
 		return
@@ -93,33 +99,37 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serve(ctx, c, conn)
 }
 
-const errShuttingDown = "server shutting down"
+// refusal is the answer to a websocket request the hub does not take.
+type refusal struct {
+	status    int
+	code, msg string
+	// capped is true for a refusal by MaxClients or MaxClientsPerIdentity.
+	capped bool
+}
 
-// admit counts a new connection of identity id, or returns the HTTP status, error code and
-// message to refuse it with: the caps keep what clients can make the server hold bounded,
-// in total and per identity, whatever each connection costs.
-func (h *Hub) admit(id string) (status int, code, msg string) {
+var refuseClosed = &refusal{status: http.StatusServiceUnavailable, code: "unavailable", msg: "server shutting down"}
+
+// admit counts a new connection of identity id, or says why not: the caps keep what clients
+// can make the server hold bounded, in total and per identity, whatever each connection
+// costs.
+func (h *Hub) admit(id string) *refusal {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	switch {
 	case h.closed:
-		status, code, msg = http.StatusServiceUnavailable, "unavailable", errShuttingDown
+		return refuseClosed
 	case h.open >= h.opts.MaxClients:
-		status, code, msg = http.StatusServiceUnavailable, "too_many_live_clients", fmt.Sprintf(
-			"the guardian already serves %d live connections, its most; try again later", h.opts.MaxClients)
+		return &refusal{http.StatusServiceUnavailable, "too_many_live_clients", fmt.Sprintf(
+			"the guardian already serves %d live connections, its most; try again later", h.opts.MaxClients), true}
 	case h.perIdentity[id] >= h.opts.MaxClientsPerIdentity:
-		status, code, msg = http.StatusTooManyRequests, "too_many_live_connections", fmt.Sprintf(
-			"you already have %d live connections open, the most one client may; close one first", h.opts.MaxClientsPerIdentity)
-	default:
-		h.open++
-		h.perIdentity[id]++
-		h.conns.Add(1)
+		return &refusal{http.StatusTooManyRequests, "too_many_live_connections", fmt.Sprintf(
+			"you already have %d live connections open, the most one client may; close one first",
+			h.opts.MaxClientsPerIdentity), true}
 	}
-	h.mu.Unlock()
-	if code == "too_many_live_clients" || code == "too_many_live_connections" {
-		h.refused.Add(1)
-		h.log.Info("refused a live connection", "identity", id, "status", status, "reason", msg)
-	}
-	return status, code, msg
+	h.open++
+	h.perIdentity[id]++
+	h.conns.Add(1)
+	return nil
 }
 
 // release undoes admit once the connection's handler is done.
