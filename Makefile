@@ -75,9 +75,10 @@ systest: build
 	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 20m ./test/
 
 ## memtest: 1000 held steps of 1 MiB against the built binary; the server's RSS must stay
-## under 3x the held bytes (about 2 GB through the server, under a minute; not in `test`).
+## under 3x the held bytes (about 2 GB through the server, under a minute; not in `test`);
+## and 200 stalled live clients replaying big steps (RSS growth bounded, about 30 s).
 memtest: build
-	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_MEMTEST=1 $(GO) test -count=1 -v -timeout 5m -run TestHeldStepMemory ./test/
+	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_MEMTEST=1 $(GO) test -count=1 -v -timeout 5m -run 'TestHeldStepMemory|TestLiveReplayMemory' ./test/
 
 test-frontend: deps-frontend
 	cd frontend && $(NPM) run check && $(NPM) test

@@ -71,6 +71,10 @@ type Config struct {
 	IdleTimeout   time.Duration
 	MaxConnsPerIP int
 	MaxConns      int
+	// MaxLiveClients bounds the live stream's connections; MaxLivePerClient one operator's
+	// (or, without accounts, one address's).
+	MaxLiveClients   int
+	MaxLivePerClient int
 }
 
 func main() {
@@ -169,6 +173,8 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.DurationVar(&cfg.IdleTimeout, "idle-timeout", time.Minute, "close a keep-alive connection idle this long")
 	fset.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 64, "most connections held from one client address (loopback and trusted proxies exempt); 0 = unlimited")
 	fset.IntVar(&cfg.MaxConns, "max-conns", 0, "most connections held in all (0: three quarters of the open-file limit, at most 10000)")
+	fset.IntVar(&cfg.MaxLiveClients, "max-live-clients", 256, "most live-stream (/api/live) connections at once; more are refused with 503")
+	fset.IntVar(&cfg.MaxLivePerClient, "max-live-per-client", 16, "most live-stream connections of one signed-in operator (or one client address without accounts); more are refused with 429")
 	fset.BoolVar(&cfg.SecureCookies, "secure-cookies", false, "mark session cookies Secure on plain HTTP (behind a TLS-terminating proxy)")
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
@@ -197,6 +203,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	}
 	if cfg.MaxHoldsPerAgent < 0 || cfg.MaxHoldsPerAgent > cfg.MaxHolds {
 		return cfg, fmt.Errorf("-max-holds-per-agent: must be between 0 (a quarter of -max-holds) and -max-holds (%d), got %d", cfg.MaxHolds, cfg.MaxHoldsPerAgent)
+	}
+	if cfg.MaxLiveClients < 1 || cfg.MaxLivePerClient < 1 {
+		return cfg, errors.New("-max-live-clients and -max-live-per-client must be at least 1")
 	}
 	switch cfg.DefaultDecision {
 	case "allow", "deny":

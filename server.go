@@ -54,6 +54,19 @@ func (s *server) ReloadRules(ctx context.Context) {
 // console should a page be served from Wails' asset server.
 var desktopOrigins = []string{"wails://wails", "http://wails.localhost", "wails://wails.localhost"}
 
+// liveIdentity is whom a live connection counts against: the signed-in operator, or the
+// client's address when the console is open.
+func liveIdentity(r *http.Request) string {
+	if name, ok := auth.OperatorFrom(r); ok {
+		return "operator:" + name
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
 // guardianHistory is how many earlier steps of a session rules see, live and in backtests.
 const guardianHistory = 200
 
@@ -131,6 +144,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		AllowedOrigins: origins,
 		Logger:         log,
 		Authorize:      az.AuthorizeRequest,
+		// Live connections are capped per signed-in operator, else per client address.
+		MaxClients:            cfg.MaxLiveClients,
+		MaxClientsPerIdentity: cfg.MaxLivePerClient,
+		Identify:              liveIdentity,
 	})
 	hubDone := make(chan struct{})
 	go func() {

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -131,4 +133,96 @@ func TestAppendEventNormalisesAndValidates(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, 1, countRows(t, db, "events"))
+}
+
+// EventsPage ends a page by bytes as well as by count, always returns at least one event,
+// and truncates big steps without changing small ones or other events.
+func TestEventsPageBoundsBytesAndTruncatesBigSteps(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	big := strings.Repeat("é", 40<<10) // 80 KiB of text, two bytes a character
+	var seqs []int64
+	for i := range 12 {
+		rec := step("s", "allow", time.Duration(i)*time.Second)
+		if i%3 == 0 {
+			rec.Request = json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"steps/message","params":{"t":"` + big + `"}}`)
+			rec.Text = big
+		}
+		save(t, db, rec)
+		seqs = append(seqs, rec.Seq)
+		ev := &Event{Type: "audit", SessionID: "s", At: t0, Payload: json.RawMessage(`{"n":1}`)}
+		require.NoError(t, db.AppendEvent(ctx, ev))
+		seqs = append(seqs, ev.Seq)
+	}
+
+	tests := []struct {
+		name     string
+		page     EventPage
+		maxCount int // most events in any page
+	}{
+		{"whole steps, 100 KiB pages: one big step a page", EventPage{MaxBytes: 100 << 10}, 6},
+		{"whole steps, tiny pages: one event a page", EventPage{MaxBytes: 1}, 1},
+		{"truncated steps fit many to a page", EventPage{MaxBytes: 100 << 10, MaxStepBulk: 64 << 10}, 24},
+		{"count bound still applies", EventPage{Limit: 5, MaxBytes: 1 << 20, MaxStepBulk: 64 << 10}, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int64
+			for cur := int64(0); ; {
+				page, err := db.EventsPage(ctx, cur, tc.page)
+				require.NoError(t, err)
+				if len(page) == 0 {
+					break
+				}
+				require.LessOrEqual(t, len(page), tc.maxCount)
+				for _, ev := range page {
+					got = append(got, ev.Seq)
+					if ev.Type != EventStep {
+						require.JSONEq(t, `{"n":1}`, string(ev.Payload))
+						continue
+					}
+					full, err := db.Step(ctx, ev.Seq)
+					require.NoError(t, err)
+					want := &full
+					if tc.page.MaxStepBulk > 0 {
+						want = full.Truncate(tc.page.MaxStepBulk)
+					}
+					b, err := json.Marshal(want)
+					require.NoError(t, err)
+					require.Equal(t, string(b), string(ev.Payload))
+					if len(full.Text) > 0 && tc.page.MaxStepBulk > 0 {
+						var rec StepRecord
+						require.NoError(t, json.Unmarshal(ev.Payload, &rec))
+						require.True(t, rec.Truncated)
+						require.Equal(t, "null", string(rec.Request))
+						require.Len(t, rec.Text, TruncatedTextBytes)
+						require.True(t, strings.HasPrefix(big, rec.Text))
+					}
+				}
+				cur = page[len(page)-1].Seq
+			}
+			require.Equal(t, seqs, got)
+		})
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	rec := step("s", "allow", 0)
+	require.Same(t, rec, rec.Truncate(0), "0 never truncates")
+	require.Same(t, rec, rec.Truncate(StepBulk(rec)), "at the bound: whole")
+	rec.Text = "ab€" + strings.Repeat("x", TruncatedTextBytes)
+	cut := rec.Truncate(10)
+	require.NotSame(t, rec, cut)
+	require.True(t, cut.Truncated)
+	require.Nil(t, cut.Request)
+	require.Nil(t, cut.Response)
+	require.Len(t, cut.Text, TruncatedTextBytes)
+	require.NotNil(t, rec.Request, "the original is unchanged")
+	rec.Text = strings.Repeat("€", TruncatedTextBytes) // 3 bytes each: the cut lands mid-character
+	cut = rec.Truncate(10)
+	require.True(t, utf8.ValidString(cut.Text))
+	require.Len(t, cut.Text, TruncatedTextBytes/3*3)
+	b, err := json.Marshal(cut)
+	require.NoError(t, err)
+	require.Equal(t, string(b), string(cut.AppendJSON(nil)))
 }

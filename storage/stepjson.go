@@ -70,7 +70,43 @@ func appendStepFields(b []byte, rec *StepRecord) []byte {
 	if rec.Held {
 		b = append(b, `,"held":true`...)
 	}
+	if rec.Truncated {
+		b = append(b, `,"truncated":true`...)
+	}
 	return append(b, '}')
+}
+
+// TruncatedTextBytes is how much of a truncated step's text is kept: enough for a preview.
+const TruncatedTextBytes = 4 << 10
+
+// StepBulk is the size in bytes of a step's bulky fields, the ones Truncate leaves out.
+func StepBulk(rec *StepRecord) int {
+	return len(rec.Request) + len(rec.Response) + len(rec.Text)
+}
+
+// Truncate returns rec when its bulky fields (request, response, text) add up to at most
+// maxBulk bytes, and otherwise a copy with request and response null, the text cut to its
+// first TruncatedTextBytes (at a character boundary) and Truncated set. A frame of the
+// live stream thus stays small whatever the agent sent; maxBulk <= 0 never truncates.
+func (rec *StepRecord) Truncate(maxBulk int) *StepRecord {
+	if maxBulk <= 0 || StepBulk(rec) <= maxBulk {
+		return rec
+	}
+	cp := *rec
+	cp.Request, cp.Response, cp.Truncated = nil, nil, true
+	cp.Text = cutText(cp.Text, TruncatedTextBytes)
+	return &cp
+}
+
+// cutText returns s's longest prefix of at most n bytes that does not split a character.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // appendStepPrefix appends the start of a record, its opening brace and seq, which

@@ -44,6 +44,9 @@ type StepRecord struct {
 	Text string `json:"text,omitempty"`
 	// Held is true when the step waited for an operator.
 	Held bool `json:"held,omitempty"`
+	// Truncated marks a copy of a step that left its bulky fields out (see Truncate): the
+	// live stream sends big steps so; GET /api/steps/{seq} has the whole step.
+	Truncated bool `json:"truncated,omitempty"`
 	// TrustedJSON says Request and Response are known to be valid JSON (the guardian
 	// parsed or built them), so SaveStep need not scan them again.
 	TrustedJSON bool `json:"-"`

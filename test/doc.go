@@ -8,7 +8,8 @@
 //
 //	go build -o bin/vigil . && VIGIL_BIN=$PWD/bin/vigil go test -v -count=1 ./test/
 //
-// VIGIL_MEMTEST=1 (make memtest) adds the held-step memory test: 1000 held steps of 1 MiB.
+// VIGIL_MEMTEST=1 (make memtest) adds the memory tests: 1000 held steps of 1 MiB, and 200
+// stalled websocket clients replaying a log of big steps (about 30 s, a few hundred MB).
 // VIGIL_SOAK sets the soak test's load duration (default 60s), e.g. VIGIL_SOAK=10m.
 // VIGIL_SYSTEST_ARGS adds flags to every `vigil serve` the tests start.
 package systest

@@ -69,6 +69,15 @@ describe('console', () => {
     await post(guardian.url, aosRequest(who(4, 2), 'steps/message', { message: { id: 'm4', role: 'agent', content: [{ kind: 'text', text: 'I cannot e-mail outside the company.' }] }, citations: [] }));
     await assertCount(steps, 4);
     await shot(page, '02-session');
+
+    // A big step comes over the live stream truncated; selected, the inspector shows it whole.
+    const big = `${'All figures for October, line by line. '.repeat(2500)}END-OF-BIG-STEP`;
+    r = await post(guardian.url, aosRequest(who(5, 2), 'steps/message', userMessage(big)));
+    assert.equal(r.result?.decision, 'allow', JSON.stringify(r));
+    await assertCount(steps, 5);
+    await steps.nth(4).click();
+    await inspector.getByText('END-OF-BIG-STEP').first().waitFor();
+    await inspector.getByTestId('step-loading').waitFor({ state: 'detached' });
   });
 
   test('a held step waits for an operator and the agent receives the approval', async () => {

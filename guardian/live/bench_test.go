@@ -34,11 +34,18 @@ func (s *synthSource) event(seq int64) storage.Event {
 
 func (s *synthSource) commit() storage.Event { return s.event(s.committed.Add(1)) }
 
-func (s *synthSource) EventsAfter(_ context.Context, after int64, limit int) ([]storage.Event, error) {
-	end := min(s.committed.Load(), after+int64(limit))
-	var evs []storage.Event
+func (s *synthSource) EventsPage(_ context.Context, after int64, p storage.EventPage) ([]storage.Event, error) {
+	end := min(s.committed.Load(), after+int64(p.Limit))
+	var (
+		evs  []storage.Event
+		size int
+	)
 	for seq := after + 1; seq <= end; seq++ {
-		evs = append(evs, s.event(seq))
+		ev := s.event(seq)
+		if size += len(ev.Payload); len(evs) > 0 && p.MaxBytes > 0 && size > p.MaxBytes {
+			break
+		}
+		evs = append(evs, ev)
 	}
 	return evs, nil
 }

@@ -2,6 +2,8 @@ package live
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // ServeHTTP upgrades GET /api/live?after=SEQ&session=ID to a websocket and streams events.
@@ -18,7 +21,9 @@ import (
 // Without after the client starts live: it receives events published from the moment the
 // handshake completes, with no replay. With after=N it first receives every stored event with
 // seq > N (after=0: the whole log), then live events, with neither a gap nor a duplicate.
-// session=ID keeps only that session's events (stats ticks still pass).
+// session=ID keeps only that session's events (stats ticks still pass). A connection past
+// MaxClients (503) or its identity's MaxClientsPerIdentity (429) is refused before the
+// upgrade.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
@@ -52,15 +57,16 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+	id := h.opts.Identify(r)
+	if ref := h.admit(id); ref != nil {
+		if ref.capped {
+			h.refused.Add(1)
+			h.log.Info("refused a live connection", "identity", id, "status", ref.status, "reason", ref.msg)
+		}
+		apijson.Error(w, ref.status, ref.code, ref.msg)
 		return
 	}
-	h.conns.Add(1)
-	h.mu.Unlock()
-	defer h.conns.Done()
+	defer h.release(id)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -78,7 +84,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.register <- c:
 		<-c.registered
 	case <-h.stopping:
-		apijson.Error(w, http.StatusServiceUnavailable, "unavailable", "server shutting down")
+		apijson.Error(w, refuseClosed.status, refuseClosed.code, refuseClosed.msg)
 		return
 	case <-r.Context().Done():
 		return
@@ -91,6 +97,59 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	h.serve(ctx, c, conn)
+}
+
+// refusal is the answer to a websocket request the hub does not take.
+type refusal struct {
+	status    int
+	code, msg string
+	// capped is true for a refusal by MaxClients or MaxClientsPerIdentity.
+	capped bool
+}
+
+var refuseClosed = &refusal{status: http.StatusServiceUnavailable, code: "unavailable", msg: "server shutting down"}
+
+// admit counts a new connection of identity id, or says why not: the caps keep what clients
+// can make the server hold bounded, in total and per identity, whatever each connection
+// costs.
+func (h *Hub) admit(id string) *refusal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return refuseClosed
+	case h.open >= h.opts.MaxClients:
+		return &refusal{http.StatusServiceUnavailable, "too_many_live_clients", fmt.Sprintf(
+			"the guardian already serves %d live connections, its most; try again later", h.opts.MaxClients), true}
+	case h.perIdentity[id] >= h.opts.MaxClientsPerIdentity:
+		return &refusal{http.StatusTooManyRequests, "too_many_live_connections", fmt.Sprintf(
+			"you already have %d live connections open, the most one client may; close one first",
+			h.opts.MaxClientsPerIdentity), true}
+	}
+	h.open++
+	h.perIdentity[id]++
+	h.conns.Add(1)
+	return nil
+}
+
+// release undoes admit once the connection's handler is done.
+func (h *Hub) release(id string) {
+	h.mu.Lock()
+	h.open--
+	h.perIdentity[id]--
+	if h.perIdentity[id] <= 0 {
+		delete(h.perIdentity, id)
+	}
+	h.mu.Unlock()
+	h.conns.Done()
+}
+
+// clientHost is the default identity: the client's IP address without the port.
+func clientHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // leave unregisters c; the hub ignores a client it has dropped already.
@@ -199,9 +258,12 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 			return closeReason{}
 		case f := <-c.send:
 			if f.seq != 0 && f.seq <= last {
+				c.queued.Add(-int64(len(f.data)))
 				continue
 			}
-			if err := h.write(conn, f.data); err != nil {
+			err := h.write(conn, f.data)
+			c.queued.Add(-int64(len(f.data)))
+			if err != nil {
 				h.log.Debug("websocket write failed", "err", err)
 				return closeReason{}
 			}
@@ -217,7 +279,9 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 }
 
 // replay sends stored events after c.after, page by page, and returns the last seq it read.
-// Live events queue up in c.send meanwhile; ok is false when the connection must end.
+// It reads a page only once the previous one is written, so a client that does not read
+// holds one page (bounded in bytes), not the log. Live events queue up in c.send meanwhile;
+// ok is false when the connection must end.
 func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, readerDone <-chan struct{}, ping <-chan time.Time) (last int64, reason closeReason, ok bool) {
 	last = c.after
 	for {
@@ -232,7 +296,7 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 			}
 		default:
 		}
-		evs, err := h.opts.Source.EventsAfter(ctx, last, replayPage)
+		evs, err := h.opts.Source.EventsPage(ctx, last, h.page(replayPage, replayPageBytes))
 		if err != nil {
 			if ctx.Err() != nil {
 				select {
@@ -245,7 +309,13 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 			h.log.Error("replay failed", "after", last, "err", err)
 			return last, closeReplay, false
 		}
-		for _, ev := range evs {
+		if len(evs) == 0 {
+			// A short page may only have reached its byte bound: the end is an empty read.
+			return last, closeReason{}, true
+		}
+		for i, ev := range evs {
+			// What is written need not stay: a write to a stalled client may wait long.
+			evs[i] = storage.Event{}
 			if ev.Seq <= last {
 				continue
 			}
@@ -257,9 +327,6 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 				h.log.Debug("websocket write failed", "err", err)
 				return last, closeReason{}, false
 			}
-		}
-		if len(evs) < replayPage {
-			return last, closeReason{}, true
 		}
 	}
 }

@@ -23,13 +23,13 @@ import (
 const testTimeout = 15 * time.Second
 
 // memStore is an in-memory event log standing in for the SQLite store: add "commits" an
-// event with the next seq, and EventsAfter sees everything committed.
+// event with the next seq, and EventsPage sees everything committed.
 type memStore struct {
 	mu     sync.Mutex
 	events []storage.Event // ascending seq
-	// hook, when set, runs at the start of EventsAfter, outside the lock, so a test can hold
+	// hook, when set, runs at the start of EventsPage, outside the lock, so a test can hold
 	// a reader at a chosen point.
-	hook func(after int64, limit int)
+	hook func(after int64, p storage.EventPage)
 	// err, when set, fails reads.
 	err error
 }
@@ -57,18 +57,20 @@ func (s *memStore) put(seq int64, typ, session, payload string) storage.Event {
 	return ev
 }
 
-func (s *memStore) setHook(f func(after int64, limit int)) {
+func (s *memStore) setHook(f func(after int64, p storage.EventPage)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hook = f
 }
 
-func (s *memStore) EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error) {
+// EventsPage pages like storage.DB.EventsPage, bytes counted as payload lengths; it does
+// not truncate steps.
+func (s *memStore) EventsPage(ctx context.Context, after int64, p storage.EventPage) ([]storage.Event, error) {
 	s.mu.Lock()
 	hook := s.hook
 	s.mu.Unlock()
 	if hook != nil {
-		hook(after, limit)
+		hook(after, p)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -79,7 +81,14 @@ func (s *memStore) EventsAfter(ctx context.Context, after int64, limit int) ([]s
 		return nil, s.err
 	}
 	i := sort.Search(len(s.events), func(i int) bool { return s.events[i].Seq > after })
-	end := min(len(s.events), i+limit)
+	end, size := i, 0
+	for end < len(s.events) && end-i < p.Limit {
+		size += len(s.events[end].Payload)
+		if end > i && p.MaxBytes > 0 && size > p.MaxBytes {
+			break
+		}
+		end++
+	}
 	return slices.Clone(s.events[i:end]), nil
 }
 

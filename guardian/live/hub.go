@@ -35,8 +35,9 @@ import (
 
 // Source is the event log the hub replays from: the store.
 type Source interface {
-	// EventsAfter returns events with seq > after in seq order, at most limit.
-	EventsAfter(ctx context.Context, after int64, limit int) ([]storage.Event, error)
+	// EventsPage returns events with seq > after in seq order, at most p.Limit and about
+	// p.MaxBytes of payload (at least one event), steps over p.MaxStepBulk truncated.
+	EventsPage(ctx context.Context, after int64, p storage.EventPage) ([]storage.Event, error)
 }
 
 // Options configure a Hub. Zero values take the defaults noted per field.
@@ -49,6 +50,24 @@ type Options struct {
 	AllowedOrigins []string
 	// ClientBuffer is the number of events queued per client before it is dropped (256).
 	ClientBuffer int
+	// ClientBufferBytes bounds the bytes of the frames held for a client, the one being
+	// written included; a client whose queue would grow past it is dropped as too slow,
+	// like one whose ClientBuffer filled. A client with nothing queued still takes a frame
+	// bigger than the bound (4 MiB).
+	ClientBufferBytes int
+	// MaxStepBytes: a step whose request, response and text add up to more than this is
+	// sent truncated (request and response null, the text cut, "truncated": true), live
+	// and in replays; GET /api/steps/{seq} has the whole step. Negative: never (64 KiB).
+	MaxStepBytes int
+	// MaxClients bounds the live connections, handshakes included; a connection beyond it
+	// is refused with 503 (256).
+	MaxClients int
+	// MaxClientsPerIdentity bounds the live connections of one identity (see Identify); a
+	// connection beyond it is refused with 429 (16).
+	MaxClientsPerIdentity int
+	// Identify names whom a request comes from, for MaxClientsPerIdentity: e.g. the
+	// signed-in operator, else the client's address. Default: the client's IP address.
+	Identify func(r *http.Request) string
 	// PublishBuffer is the hub's inbound queue; a Publish that finds it full is counted as
 	// dropped and recovered from Source (4096).
 	PublishBuffer int
@@ -83,14 +102,20 @@ type Counters struct {
 	Resyncs int64
 	// StoreFills counts reads of the store to fill a hole in the live sequence.
 	StoreFills int64
+	// Refused counts connections refused by MaxClients or MaxClientsPerIdentity.
+	Refused int64
 }
 
 const (
-	defaultClientBuffer  = 256
-	defaultPublishBuffer = 4096
-	defaultWriteTimeout  = 10 * time.Second
-	defaultPongWait      = 60 * time.Second
-	defaultMaxMessage    = 512
+	defaultClientBuffer      = 256
+	defaultClientBufferBytes = 4 << 20
+	defaultMaxStepBytes      = 64 << 10
+	defaultMaxClients        = 256
+	defaultMaxPerIdentity    = 16
+	defaultPublishBuffer     = 4096
+	defaultWriteTimeout      = 10 * time.Second
+	defaultPongWait          = 60 * time.Second
+	defaultMaxMessage        = 512
 
 	// reorderWait is how long an event is held back waiting for a smaller seq that was
 	// committed but not yet published; concurrent committers publish within microseconds.
@@ -100,9 +125,13 @@ const (
 	maxWaits = 3
 	// maxPending bounds the held-back events; beyond it the hole is filled at once.
 	maxPending = 4096
-	// fillPage and replayPage are the page sizes of store reads.
-	fillPage   = 500
-	replayPage = 500
+	// fillPage and replayPage are the page sizes of store reads, in events and in bytes:
+	// a replaying client holds one page, so replayPageBytes is most of what a client that
+	// does not read costs.
+	fillPage        = 500
+	fillPageBytes   = 1 << 20
+	replayPage      = 500
+	replayPageBytes = 256 << 10
 	// fillTimeout bounds one fill from the store, which runs on the hub goroutine.
 	fillTimeout = 10 * time.Second
 	// closeWait bounds the wait for a peer's answer to our close frame.
@@ -146,6 +175,9 @@ type client struct {
 	cancel context.CancelFunc
 	// registered is closed by the hub once the client is in its set and counted.
 	registered chan struct{}
+	// queued is the bytes of the frames in send and of the one being written: the hub
+	// adds, the writer subtracts once a frame is written.
+	queued atomic.Int64
 }
 
 // Hub fans events out to websocket clients. Create it with NewHub, run Run in one goroutine,
@@ -171,12 +203,17 @@ type Hub struct {
 	slowClients atomic.Int64
 	resyncs     atomic.Int64
 	fills       atomic.Int64
+	refused     atomic.Int64
 
-	// mu guards closed and the Add side of conns, so Run can wait for every connection
-	// handler (they read from Source) before it returns.
+	// mu guards closed, the connection counts and the Add side of conns, so Run can wait
+	// for every connection handler (they read from Source) before it returns.
 	mu     sync.Mutex
 	closed bool
 	conns  sync.WaitGroup
+	// open counts connections from admission to the handler's return; perIdentity the
+	// same by identity (entries at zero are deleted).
+	open        int
+	perIdentity map[string]int
 }
 
 // NewHub returns a hub with opts' defaults filled in. Run must be running for clients to
@@ -187,6 +224,21 @@ func NewHub(opts Options) *Hub {
 	}
 	if opts.ClientBuffer <= 0 {
 		opts.ClientBuffer = defaultClientBuffer
+	}
+	if opts.ClientBufferBytes <= 0 {
+		opts.ClientBufferBytes = defaultClientBufferBytes
+	}
+	if opts.MaxStepBytes == 0 {
+		opts.MaxStepBytes = defaultMaxStepBytes
+	}
+	if opts.MaxClients <= 0 {
+		opts.MaxClients = defaultMaxClients
+	}
+	if opts.MaxClientsPerIdentity <= 0 {
+		opts.MaxClientsPerIdentity = defaultMaxPerIdentity
+	}
+	if opts.Identify == nil {
+		opts.Identify = clientHost
 	}
 	if opts.PublishBuffer <= 0 {
 		opts.PublishBuffer = defaultPublishBuffer
@@ -213,6 +265,8 @@ func NewHub(opts Options) *Hub {
 		register:   make(chan *client),
 		unregister: make(chan *client),
 		stopping:   make(chan struct{}),
+
+		perIdentity: make(map[string]int),
 	}
 	h.upgrader = websocket.Upgrader{
 		HandshakeTimeout: opts.WriteTimeout,
@@ -300,7 +354,14 @@ func (h *Hub) Counters() Counters {
 		SlowClients: h.slowClients.Load(),
 		Resyncs:     h.resyncs.Load(),
 		StoreFills:  h.fills.Load(),
+		Refused:     h.refused.Load(),
 	}
+}
+
+// page is a store read of at most events events and about bytes bytes, with steps
+// truncated as the frames they become.
+func (h *Hub) page(events, bytes int) storage.EventPage {
+	return storage.EventPage{Limit: events, MaxBytes: bytes, MaxStepBulk: max(h.opts.MaxStepBytes, 0)}
 }
 
 // Run owns the client set and delivers published events until ctx is done. Then it closes
@@ -481,7 +542,7 @@ func (l *loop) resolve(ctx context.Context) {
 // delivers them.
 func (l *loop) fill(ctx context.Context, target int64) error {
 	for l.head < target {
-		evs, err := l.hub.opts.Source.EventsAfter(ctx, l.head, fillPage)
+		evs, err := l.hub.opts.Source.EventsPage(ctx, l.head, l.hub.page(fillPage, fillPageBytes))
 		if err != nil {
 			return fmt.Errorf("events after %d: %w", l.head, err)
 		}
@@ -498,7 +559,8 @@ func (l *loop) fill(ctx context.Context, target int64) error {
 				delete(l.pending, k)
 			}
 		}
-		if len(evs) < fillPage || l.head == before {
+		// A short page may only have reached its byte bound: the end is an empty read.
+		if l.head == before {
 			return nil
 		}
 	}
@@ -512,16 +574,25 @@ func (l *loop) deliver(f frame) {
 			continue
 		}
 		if f.data == nil && f.rec != nil {
-			f.data, f.rec = encodeStep(f.rec), nil
+			f.data, f.rec = encodeStep(f.rec.Truncate(max(l.hub.opts.MaxStepBytes, 0))), nil
+		}
+		n := int64(len(f.data))
+		if q := c.queued.Add(n); q > n && q > int64(l.hub.opts.ClientBufferBytes) {
+			l.tooSlow(c)
+			continue
 		}
 		select {
 		case c.send <- f:
 		default:
-			l.hub.slowClients.Add(1)
-			l.hub.log.Info("dropping a client that cannot keep up", "session", c.session)
-			l.drop(c, closeTooSlow)
+			l.tooSlow(c)
 		}
 	}
+}
+
+func (l *loop) tooSlow(c *client) {
+	l.hub.slowClients.Add(1)
+	l.hub.log.Info("dropping a client that cannot keep up", "session", c.session)
+	l.drop(c, closeTooSlow)
 }
 
 func (l *loop) drop(c *client, reason closeReason) {
@@ -564,7 +635,8 @@ func mapKeys(m map[int64]frame) []int64 {
 // nothing follows, then bisect. Seqs may have holes; "something follows x" stays monotonic.
 func storeHead(ctx context.Context, src Source) (int64, error) {
 	next := func(x int64) (int64, bool, error) {
-		evs, err := src.EventsAfter(ctx, x, 1)
+		// One event, its payload unread where it can be: only its seq matters.
+		evs, err := src.EventsPage(ctx, x, storage.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
 		if err != nil || len(evs) == 0 {
 			return 0, false, err
 		}
@@ -608,6 +680,6 @@ func storeHead(ctx context.Context, src Source) (int64, error) {
 
 type emptySource struct{}
 
-func (emptySource) EventsAfter(context.Context, int64, int) ([]storage.Event, error) {
+func (emptySource) EventsPage(context.Context, int64, storage.EventPage) ([]storage.Event, error) {
 	return nil, nil
 }

@@ -103,8 +103,8 @@ func TestResumeAfterWhileLiveEventsArrive(t *testing.T) {
 	}
 	replayStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(after int64, limit int) {
-		if after == n && limit == replayPage {
+	st.setHook(func(after int64, p storage.EventPage) {
+		if after == n && p.Limit == replayPage {
 			once.Do(func() { close(replayStarted) })
 			<-release
 		}
@@ -315,8 +315,8 @@ func TestDroppedPublishesRecoveredFromStore(t *testing.T) {
 	st := &memStore{}
 	fillStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(_ int64, limit int) {
-		if limit == fillPage {
+	st.setHook(func(_ int64, p storage.EventPage) {
+		if p.Limit == fillPage {
 			once.Do(func() { close(fillStarted) })
 			<-release
 		}
@@ -365,8 +365,8 @@ func TestUnrecoverableDropResyncsClients(t *testing.T) {
 	st := &memStore{}
 	fillStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(_ int64, limit int) {
-		if limit == fillPage {
+	st.setHook(func(_ int64, p storage.EventPage) {
+		if p.Limit == fillPage {
 			once.Do(func() { close(fillStarted) })
 			<-release
 		}
@@ -595,7 +595,7 @@ func TestStoreHead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &memStore{}
 			calls := 0
-			st.hook = func(int64, int) { calls++ }
+			st.hook = func(int64, storage.EventPage) { calls++ }
 			for _, s := range tt.seqs {
 				st.put(s, "step", "", `{}`)
 			}

@@ -4,7 +4,7 @@ import { count, micros, relTime, shortId, shortMethod } from './format';
 import { parseParams } from './jsonedit';
 import { loadOperator, saveOperator } from './operator';
 import { href, parseHash, type Route } from './router';
-import { appendSteps, holdTurn, timelineRows } from './timeline';
+import { appendSteps, holdTurn, replaceStep, timelineRows } from './timeline';
 import type { Hold, Step } from './types';
 import { nearEnd, scrollToReveal, visibleRange } from './virtual';
 
@@ -75,6 +75,15 @@ describe('timeline', () => {
     const have = [st(1, 'a'), st(2, 'a')];
     expect(appendSteps(have, [st(2, 'a')])).toBe(have);
     expect(appendSteps(have, [st(4, 'a'), st(3, 'a')]).map((s) => s.seq)).toEqual([1, 2, 3, 4]);
+  });
+  it('replaces a truncated step by the whole one', () => {
+    const have = [st(1, 'a'), { ...st(2, 'a'), truncated: true, request: null }];
+    const full = { ...st(2, 'a'), request: { method: 'steps/message' } };
+    const got = replaceStep(have, full);
+    expect(got[1]).toBe(full);
+    expect(got[0]).toBe(have[0]);
+    expect(have[1]!.truncated).toBe(true);
+    expect(replaceStep(have, st(9, 'a'))).toBe(have);
   });
 });
 

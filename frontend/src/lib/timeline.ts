@@ -53,3 +53,12 @@ export function appendSteps(have: Step[], more: Step[]): Step[] {
   fresh.sort((a, b) => a.seq - b.seq);
   return have.concat(fresh);
 }
+
+/** Puts the whole step in place of the truncated copy with its seq, if there is one. */
+export function replaceStep(have: Step[], full: Step): Step[] {
+  const i = have.findIndex((s) => s.seq === full.seq);
+  if (i < 0) return have;
+  const out = have.slice();
+  out[i] = full;
+  return out;
+}

@@ -57,6 +57,9 @@ export interface Step {
   latencyMicros: number;
   text?: string;
   held?: boolean;
+  /** Set on a big step as the live stream sends it: request and response left out, text cut.
+   * GET /api/steps/{seq} has the whole step. */
+  truncated?: boolean;
 }
 
 export type HoldStatus = 'pending' | 'approved' | 'denied' | 'modified' | 'timedOut' | 'abandoned' | 'interrupted';
