@@ -201,6 +201,103 @@ describe('console', () => {
   });
 });
 
+describe('review safety', () => {
+  test('a double keypress decides only the hold on screen, and only after an undo window', async () => {
+    await page.goto(`${guardian.url}/#/held`);
+    await page.getByText('All clear').waitFor();
+    const small = holdTransfer(`${session}-double-a`, 1640);
+    await page.getByTestId('hold-title').waitFor();
+    await page.getByTestId('hold-item').first().waitFor();
+    const big = holdTransfer(`${session}-double-b`, 25000);
+    await assertCount(page.getByTestId('hold-item'), 2);
+    await page.getByText('1640').first().waitFor();
+    await page.waitForTimeout(700); // the reviewer has looked at the 1640 EUR transfer
+
+    await page.keyboard.press('a');
+    await page.waitForTimeout(150);
+    await page.keyboard.press('a');
+    // The decision waits, undoable, before the agent hears anything.
+    await page.getByTestId('queued-decision').getByText('Approving…').waitFor();
+    await page.getByTestId('undo').waitFor();
+    await page.waitForTimeout(1500);
+    assert.equal(small.settled(), false, 'the approval was sent before the undo window ended');
+    const answer = await small.promise;
+    assert.equal(answer.result?.decision, 'allow', JSON.stringify(answer));
+
+    // The 25 000 EUR transfer comes on screen, and the second keypress did not approve it.
+    await page.getByText('25000').first().waitFor();
+    await page.keyboard.press('a'); // at once: inside the guard time, so ignored
+    await page.getByText(/Ignored: the selected step just changed/).waitFor();
+    await page.waitForTimeout(2000);
+    assert.equal(big.settled(), false, 'the hold that was never on screen was decided');
+    assert.equal(await page.getByTestId('queued-decision').count(), 0);
+
+    // A decision can be taken back.
+    await page.keyboard.press('d');
+    await page.getByTestId('queued-decision').getByText('Denying…').waitFor();
+    await shot(page, '09-held-undo');
+    await page.getByTestId('undo').click();
+    await assertCount(page.getByTestId('queued-decision'), 0);
+    await page.waitForTimeout(5500);
+    assert.equal(big.settled(), false, 'an undone decision reached the agent');
+
+    await page.keyboard.press('d');
+    await page.getByRole('button', { name: 'Send now' }).click();
+    const denied = await big.promise;
+    assert.equal(denied.result?.decision, 'deny', JSON.stringify(denied));
+    await page.getByText('All clear').waitFor();
+  });
+
+  test('a hold that times out while selected says so and the selection stays', async () => {
+    const rule = {
+      id: 'quick-hold',
+      name: 'Quick hold',
+      when: 'tool == "quick_transfer"',
+      action: 'hold',
+      priority: 60,
+      mode: 'enforce',
+      hold: { timeout: '6s', onTimeout: 'deny' },
+    };
+    let res = await fetch(`${guardian.url}/api/rules`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(rule) });
+    assert.ok(res.ok, await res.text());
+    try {
+      await page.goto(`${guardian.url}/#/held`);
+      await page.getByText('All clear').waitFor();
+      const quick = post(guardian.url, aosRequest({ session: `${session}-quick`, step: 1 }, 'steps/toolCallRequest', toolCall('quick_transfer', { amount: 10 })));
+      await page.getByTestId('hold-title').getByText('quick_transfer').waitFor();
+      const other = holdTransfer(`${session}-quick-other`, 3000);
+      await assertCount(page.getByTestId('hold-item'), 2);
+      const answer = await quick;
+      assert.equal(answer.result?.decision, 'deny', JSON.stringify(answer));
+      const gone = page.getByTestId('hold-gone');
+      await gone.getByText(/timed out/).waitFor();
+      // Still the timed-out step on screen, not the next one.
+      assert.match(await page.getByTestId('hold-title').innerText(), /quick_transfer/);
+      assert.equal(await page.getByTestId('approve').count(), 0);
+      await shot(page, '10-held-timed-out');
+      await page.keyboard.press('a');
+      await page.waitForTimeout(300);
+      assert.equal(other.settled(), false);
+      await gone.getByRole('button', { name: /Next held step/ }).click();
+      await page.getByTestId('hold-title').getByText('transfer_funds').waitFor();
+      await page.waitForTimeout(700);
+      await page.keyboard.press('a');
+      await page.getByRole('button', { name: 'Send now' }).click();
+      assert.equal((await other.promise).result?.decision, 'allow');
+    } finally {
+      res = await fetch(`${guardian.url}/api/rules/quick-hold`, { method: 'DELETE' });
+      assert.ok(res.ok, await res.text());
+    }
+  });
+});
+
+/** Posts a transfer that the fixture's big-transfer rule holds; settled() says if the agent has its answer. */
+function holdTransfer(sessionId, amount) {
+  let done = false;
+  const promise = post(guardian.url, aosRequest({ session: sessionId, step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' }, 'steps/toolCallRequest', toolCall('transfer_funds', { amount, currency: 'EUR', to: 'ACME GmbH' }))).finally(() => (done = true));
+  return { promise, settled: () => done };
+}
+
 /** Waits until a locator matches exactly n elements. */
 async function assertCount(locator, n, timeout = 15_000) {
   const end = Date.now() + timeout;

@@ -77,6 +77,8 @@ export interface Hold {
   status: HoldStatus;
   decidedBy?: string;
   decidedAt?: string;
+  /** The answer the agent got (allow, deny, modify); empty while pending. */
+  decision?: string;
   note?: string;
 }
 
