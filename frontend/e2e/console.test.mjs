@@ -186,6 +186,10 @@ describe('console', () => {
     assert.match(summary, /[1-9]\d*\s*decisions? change/);
     await page.getByText('allow → deny', { exact: false }).first().waitFor().catch(() => undefined);
     await shot(page, '06-rules-backtest');
+    // The draft is not saved: leaving asks first.
+    await page.getByRole('link', { name: 'Overview' }).click();
+    await page.getByRole('dialog', { name: 'Leave without saving?' }).getByRole('button', { name: 'Discard changes' }).click();
+    await page.waitForURL(/#\/overview$/);
   });
 
   test('overview and audit pages render the stored activity', async () => {
@@ -288,6 +292,68 @@ describe('review safety', () => {
       res = await fetch(`${guardian.url}/api/rules/quick-hold`, { method: 'DELETE' });
       assert.ok(res.ok, await res.text());
     }
+  });
+});
+
+describe('rule editor drafts', () => {
+  test('a draft survives tab switches and changes from elsewhere, runs in Test and Backtest, and leaving asks first', async () => {
+    const api = (path, init = {}) => fetch(`${guardian.url}${path}`, { headers: { 'content-type': 'application/json' }, ...init });
+    await page.goto(`${guardian.url}/#/rules/big-transfer`);
+    const content = page.locator('#rule-when .cm-content');
+    await content.getByText('inputs.amount > 1000').waitFor();
+    await content.click();
+    await page.keyboard.press('Control+a');
+    await page.keyboard.insertText('tool == "transfer_funds" && inputs.amount > 4000');
+    await page.getByText('unsaved changes').waitFor();
+
+    // Test runs the draft, not the saved rule.
+    await page.getByRole('tab', { name: 'Test', exact: true }).click();
+    await page.locator('#test-step').fill(JSON.stringify({ method: 'steps/toolCallRequest', params: aosRequest({ session: 'rule-test', step: 1 }, 'steps/toolCallRequest', toolCall('transfer_funds', { amount: 3000 })).params }));
+    const tested = page.waitForRequest((r) => r.url().endsWith('/api/rules/test'));
+    await page.getByRole('button', { name: 'Run test' }).click();
+    assert.match((await tested).postData() ?? '', /inputs\.amount > 4000/);
+    await page.getByTestId('test-result').getByText('The draft did not match this step.').waitFor();
+
+    // Back on Edit: the draft is still there.
+    await page.getByRole('tab', { name: 'Edit', exact: true }).click();
+    await content.getByText('inputs.amount > 4000').waitFor();
+    await page.getByText('unsaved changes').waitFor();
+
+    // Another rule changes (over the live stream): the draft stays.
+    let res = await api('/api/rules/dangerous-shell/disable', { method: 'POST' });
+    assert.ok(res.ok, await res.text());
+    await page.getByRole('checkbox', { name: 'Enable dangerous-shell' }).waitFor();
+    await content.getByText('inputs.amount > 4000').waitFor();
+
+    // This rule changes elsewhere: the draft stays and the editor says so.
+    const saved = await (await api('/api/rules/big-transfer')).json();
+    res = await api('/api/rules/big-transfer', { method: 'PUT', body: JSON.stringify({ ...saved, stats: undefined, description: 'Changed by someone else' }) });
+    assert.ok(res.ok, await res.text());
+    await page.getByText('This rule was changed elsewhere').waitFor();
+    await content.getByText('inputs.amount > 4000').waitFor();
+
+    // Backtest runs the draft too.
+    await page.getByRole('tab', { name: 'Backtest' }).click();
+    const backtested = page.waitForRequest((r) => r.url().endsWith('/api/rules/backtest'));
+    await page.getByTestId('run-backtest').click();
+    assert.match((await backtested).postData() ?? '', /inputs\.amount > 4000/);
+    await page.getByTestId('backtest-summary').waitFor();
+    await page.getByRole('tab', { name: 'Edit', exact: true }).click();
+    await shot(page, '11-rules-draft');
+
+    // Leaving asks first; "Keep editing" keeps the draft and the route.
+    await page.getByRole('link', { name: 'Live' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Leave without saving?' });
+    await dialog.waitFor();
+    assert.match(page.url(), /#\/rules\/big-transfer$/);
+    await dialog.getByRole('button', { name: 'Keep editing' }).click();
+    await content.getByText('inputs.amount > 4000').waitFor();
+    await page.getByRole('link', { name: 'Live' }).click();
+    await dialog.getByRole('button', { name: 'Discard changes' }).click();
+    await page.waitForURL(/#\/live$/);
+
+    res = await api('/api/rules/dangerous-shell/enable', { method: 'POST' });
+    assert.ok(res.ok, await res.text());
   });
 });
 

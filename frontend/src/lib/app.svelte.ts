@@ -80,6 +80,11 @@ class ConsoleState {
   /** Holds this console decided (sent), so the queue may move on from them. */
   decidedHere = $state.raw<ReadonlySet<string>>(new Set());
   private queueId = 0;
+  /**
+   * Asked before the route changes (target hash) or the page unloads (null): false keeps the
+   * page, which then asks the operator itself. The rule editor sets it while it has a draft.
+   */
+  leaveGuard: ((target: string | null) => boolean) | null = null;
   ticker = $state.raw<Step[]>([]);
   /** Steps per second over the last 10 s, from the ticker (capped, so a lower bound at high rates). */
   rate = $derived.by(() => {
