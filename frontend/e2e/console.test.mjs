@@ -357,6 +357,54 @@ describe('rule editor drafts', () => {
   });
 });
 
+describe('load errors', () => {
+  test('a queue that cannot be loaded says so, never "all clear", and loads on retry', async () => {
+    const holdsApi = (/** @type {URL} */ u) => u.pathname === '/api/holds';
+    await page.route(holdsApi, (r) => r.fulfill({ status: 500, contentType: 'application/json', body: JSON.stringify({ error: { code: 'internal', message: 'database is locked' } }) }));
+    await page.goto(`${guardian.url}/#/held`);
+    await page.reload();
+    const err = page.getByTestId('load-error');
+    await err.getByText('database is locked').waitFor();
+    await err.getByText('Could not load the review queue.').waitFor();
+    assert.equal(await page.getByText(/All clear/).count(), 0, 'a failed load must not read as an empty queue');
+    await shot(page, '12-held-load-error');
+
+    // The guardian is unreachable: the same, with the network's words.
+    await page.unroute(holdsApi);
+    await page.route(holdsApi, (r) => r.abort('connectionrefused'));
+    await err.getByRole('button', { name: 'Retry' }).click();
+    await err.getByText(/Cannot reach the guardian/).waitFor();
+    assert.equal(await page.getByText(/All clear/).count(), 0);
+
+    await page.unroute(holdsApi);
+    await err.getByRole('button', { name: 'Retry' }).click();
+    await page.getByText(/All clear/).waitFor();
+    assert.equal(await page.getByTestId('load-error').count(), 0);
+    // After a reload the sidebar does not claim "seq 0".
+    await page.getByTestId('live-status').getByText('Live', { exact: true }).waitFor();
+    assert.doesNotMatch(await page.getByTestId('live-status').innerText(), /seq 0\b/);
+  });
+
+  test('every page shows a failed load as such, with retry', async () => {
+    const pages = [
+      { hash: '#/live', api: '/api/sessions', what: 'Live' },
+      { hash: '#/rules', api: '/api/rules', what: 'the rules' },
+      { hash: '#/audit', api: '/api/audit', what: 'the audit log' },
+      { hash: `#/session/${session}`, api: `/api/sessions/${session}/steps`, what: 'this session' },
+    ];
+    for (const p of pages) {
+      const match = (/** @type {URL} */ u) => u.pathname === p.api;
+      await page.route(match, (r) => r.fulfill({ status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'unavailable', message: 'storage unavailable' } }) }));
+      await page.goto(`${guardian.url}/${p.hash}`);
+      await page.reload();
+      await page.getByText('storage unavailable').first().waitFor();
+      await page.unroute(match);
+      await page.getByRole('button', { name: 'Retry' }).first().click();
+      await assertCount(page.getByText('storage unavailable'), 0);
+    }
+  });
+});
+
 /** Posts a transfer that the fixture's big-transfer rule holds; settled() says if the agent has its answer. */
 function holdTransfer(sessionId, amount) {
   let done = false;

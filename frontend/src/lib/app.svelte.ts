@@ -97,6 +97,7 @@ class ConsoleState {
     return n / 10;
   });
   stats = $state.raw<Stats | null>(null);
+  statsError = $state('');
   /** Latency history from stats ticks, for the overview sparkline. */
   latencyHistory = $state.raw<{ t: number; p50: number; p99: number }[]>([]);
   /** Local time, refreshed every second: drives countdowns and relative times. */
@@ -120,7 +121,15 @@ class ConsoleState {
     this.live = new LiveClient({
       url: liveUrl(base, location),
       onEvents: (evs) => this.onEvents(evs),
-      onState: (s) => (this.liveState = s),
+      onState: (s) => {
+        const was = this.liveState.status;
+        this.liveState = s;
+        // Back online: what failed to load while the guardian was away loads again.
+        if (s.status === 'open' && was !== 'open' && this.started) {
+          if (this.holdsError) void this.refreshHolds();
+          if (this.statsError && !this.stats) void this.refreshStats();
+        }
+      },
     });
   }
 
@@ -194,10 +203,17 @@ class ConsoleState {
     this.live.start();
     void this.refreshInfo();
     void this.refreshHolds();
-    void this.api
-      .stats()
-      .then((s) => (this.stats ??= s))
-      .catch(() => undefined);
+    void this.refreshStats();
+  }
+
+  async refreshStats(): Promise<void> {
+    try {
+      const s = await this.api.stats();
+      this.stats ??= s;
+      this.statsError = '';
+    } catch (err) {
+      this.statsError = err instanceof Error ? err.message : String(err);
+    }
   }
 
   reconnect(): void {
@@ -320,6 +336,7 @@ class ConsoleState {
       if (e.type === 'step' && e.payload) steps.push(e.payload);
       else if (e.type === 'stats' && e.payload) {
         this.stats = e.payload;
+        this.statsError = '';
         this.latencyHistory = [
           ...this.latencyHistory.slice(-359),
           { t: Date.parse(e.at) / 1000 || local / 1000, p50: e.payload.latency?.p50Micros ?? 0, p99: e.payload.latency?.p99Micros ?? 0 },
