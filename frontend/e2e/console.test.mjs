@@ -405,6 +405,67 @@ describe('load errors', () => {
   });
 });
 
+describe('roles', () => {
+  /** @type {Awaited<ReturnType<typeof startGuardian>>} */
+  let team;
+  /** @type {import('playwright-core').Page} */
+  let p;
+  const password = 'correct horse battery staple';
+  before(async () => {
+    team = await startGuardian({ users: [{ name: 'vera', role: 'viewer', password }, { name: 'rita', role: 'reviewer', password }] });
+    p = await browser.context.newPage();
+    p.setDefaultTimeout(15_000);
+  });
+  after(async () => {
+    await p?.close();
+    await team?.stop();
+  });
+  const signIn = async (/** @type {string} */ name) => {
+    await p.locator('#signin-name').fill(name);
+    await p.locator('#signin-password').fill(password);
+    await p.getByRole('button', { name: 'Sign in' }).click();
+    await p.getByTestId('live-status').waitFor();
+  };
+
+  test('a viewer sees no decision, control or rule-editing buttons; a reviewer decides', async () => {
+    await p.goto(`${team.url}/#/held`);
+    await signIn('vera');
+    const who = { session: 'roles-1', step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };
+    let done = false;
+    const pending = post(team.url, aosRequest(who, 'steps/toolCallRequest', toolCall('transfer_funds', { amount: 7000, currency: 'EUR', to: 'ACME GmbH' }))).finally(() => (done = true));
+    await p.getByTestId('hold-title').getByText('transfer_funds').waitFor();
+    await p.getByTestId('role-note').getByText(/Signed in as viewer/).waitFor();
+    for (const id of ['approve', 'deny']) assert.equal(await p.getByTestId(id).count(), 0, `${id} shown to a viewer`);
+    await p.waitForTimeout(700);
+    await p.keyboard.press('a');
+    assert.equal(await p.getByTestId('queued-decision').count(), 0);
+    await shot(p, '13-held-viewer');
+
+    await p.goto(`${team.url}/#/session/roles-1`);
+    await p.getByTestId('role-note').waitFor();
+    for (const name of ['Pause', 'Block', 'Resume']) assert.equal(await p.getByRole('button', { name, exact: true }).count(), 0, `${name} shown to a viewer`);
+
+    await p.goto(`${team.url}/#/rules/big-transfer`);
+    await p.locator('#rule-when .cm-content').waitFor();
+    await p.getByTestId('role-note').getByText(/needs admin/).waitFor();
+    assert.equal(await p.getByTestId('save-rule').count(), 0);
+    assert.equal(await p.getByRole('button', { name: 'Delete' }).count(), 0);
+    assert.equal(await p.getByRole('button', { name: 'Import' }).count(), 0);
+    assert.ok(await p.getByRole('checkbox', { name: 'Disable big-transfer' }).isDisabled());
+    assert.equal(done, false);
+
+    // A reviewer gets the buttons, and they work.
+    await p.getByRole('button', { name: 'Sign out' }).click();
+    await signIn('rita');
+    await p.goto(`${team.url}/#/held`);
+    await p.getByTestId('approve').waitFor();
+    await p.waitForTimeout(700);
+    await p.getByTestId('approve').click();
+    await p.getByRole('button', { name: 'Send now' }).click();
+    assert.equal((await pending).result?.decision, 'allow');
+  });
+});
+
 /** Posts a transfer that the fixture's big-transfer rule holds; settled() says if the agent has its answer. */
 function holdTransfer(sessionId, amount) {
   let done = false;

@@ -30,7 +30,7 @@ export function freePort() {
 
 /**
  * Starts the guardian and resolves with its URL once it prints "listening on http://…".
- * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number}} [opts]
+ * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number, users?: {name: string, role: string, password: string}[]}} [opts]
  */
 export async function startGuardian(opts = {}) {
   const bin = process.env.VIGIL_BIN;
@@ -41,6 +41,18 @@ export async function startGuardian(opts = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
   const port = await freePort();
   const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', opts.rules ?? RULES_FIXTURE, ...(opts.extraArgs ?? [])];
+  // Operator accounts (team mode): created in the database before the guardian starts.
+  for (const u of opts.users ?? []) {
+    if (!bin) throw new Error('users need the real guardian (VIGIL_BIN)');
+    await new Promise((ok, bad) => {
+      const p = spawn(bin, ['users', 'add', u.name, '--role', u.role, '--db', join(dir, 'vigil.db')], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      p.stderr.on('data', (c) => (out += c));
+      p.stdin.end(`${u.password}\n`);
+      p.on('exit', (code) => (code === 0 ? ok(undefined) : bad(new Error(`vigil users add ${u.name} exited with ${code}: ${out}`))));
+    });
+  }
   const cmd = bin ?? process.execPath;
   const argv = bin ? args : [join(here, 'mock', 'server.mjs'), ...args];
   const proc = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });

@@ -190,6 +190,11 @@ class ConsoleState {
     return (RANK[this.me?.role ?? ''] ?? 0) >= RANK[role]!;
   }
 
+  /** Says what the signed-in role cannot do, in place of the controls it would need. */
+  roleNote(role: 'reviewer' | 'admin', what: string): string {
+    return `Signed in as ${this.me?.role ?? 'viewer'}: to ${what} needs ${role}.`;
+  }
+
   /** Like can(), and tells the operator when their role is not enough. */
   allowed(role: 'reviewer' | 'admin'): boolean {
     if (this.can(role)) return true;
