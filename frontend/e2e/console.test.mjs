@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { aosRequest, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
+import { aosRequest, axeViolations, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -429,6 +429,11 @@ describe('roles', () => {
 
   test('a viewer sees no decision, control or rule-editing buttons; a reviewer decides', async () => {
     await p.goto(`${team.url}/#/held`);
+    await p.locator('#signin-password').waitFor();
+    for (const scheme of /** @type {const} */ (['light', 'dark'])) {
+      await p.emulateMedia({ colorScheme: scheme });
+      assert.deepEqual(await axeViolations(p), [], `sign-in page, ${scheme}`);
+    }
     await signIn('vera');
     const who = { session: 'roles-1', step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };
     let done = false;
@@ -463,6 +468,68 @@ describe('roles', () => {
     await p.getByTestId('approve').click();
     await p.getByRole('button', { name: 'Send now' }).click();
     assert.equal((await pending).result?.decision, 'allow');
+  });
+});
+
+describe('accessibility', () => {
+  test('axe-core finds no violations on any page, in the light and the dark theme', async () => {
+    const hold = holdTransfer(`${session}-axe`, 4321);
+    /** @type {string[]} */
+    const problems = [];
+    const check = async (/** @type {string} */ what) => {
+      for (const v of await axeViolations(page)) problems.push(`${what}: ${v}`);
+    };
+    try {
+      for (const scheme of /** @type {const} */ (['light', 'dark'])) {
+        await page.emulateMedia({ colorScheme: scheme });
+        const visit = async (/** @type {string} */ hash, /** @type {string} */ ready) => {
+          await page.goto(`${guardian.url}/${hash}`);
+          await page.locator(ready).first().waitFor();
+          await page.waitForTimeout(300);
+        };
+        await visit('#/live', '[data-testid="session-row"]');
+        await check(`${scheme} live`);
+        await visit(`#/session/${session}`, '[data-testid="timeline-step"]');
+        await page.getByTestId('timeline-step').nth(2).click();
+        await check(`${scheme} session`);
+        await visit('#/held', '[data-testid="hold-item"]');
+        await check(`${scheme} held`);
+        await page.waitForTimeout(700);
+        await page.keyboard.press('e');
+        await page.locator('#params-editor').waitFor();
+        await check(`${scheme} held edit`);
+        await page.keyboard.press('Escape');
+        await page.keyboard.press('r');
+        await check(`${scheme} held remember`);
+        await page.keyboard.press('Escape');
+        await visit('#/rules', '[data-testid="rule-row"]');
+        await check(`${scheme} rules`);
+        await visit('#/rules/external-email', '#rule-when .cm-content');
+        await page.getByTestId('compile-status').getByText('compiles').waitFor();
+        await check(`${scheme} rule editor`);
+        await page.getByRole('tab', { name: 'Test', exact: true }).click();
+        await page.getByRole('button', { name: 'Run test' }).click();
+        await page.getByTestId('test-result').waitFor();
+        await check(`${scheme} rule test`);
+        await page.getByRole('tab', { name: 'History', exact: true }).click();
+        await page.waitForTimeout(400);
+        await check(`${scheme} rule history`);
+        await visit('#/overview', '.kpi');
+        await check(`${scheme} overview`);
+        await visit('#/audit', '.arow');
+        await page.locator('.arow').first().click();
+        await check(`${scheme} audit`);
+      }
+    } finally {
+      await page.emulateMedia({ colorScheme: 'dark' });
+    }
+    assert.deepEqual(problems, []);
+    await page.goto(`${guardian.url}/#/held`);
+    await page.getByTestId('approve').waitFor();
+    await page.waitForTimeout(700);
+    await page.getByTestId('approve').click();
+    await page.getByRole('button', { name: 'Send now' }).click();
+    assert.equal((await hold.promise).result?.decision, 'allow');
   });
 });
 

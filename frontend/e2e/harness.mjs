@@ -3,7 +3,8 @@
 // with a fresh profile, and act as an agent with plain fetch POSTs to /aos.
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -118,6 +119,30 @@ export async function startBrowser() {
 export async function shot(page, name) {
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
+// ---------------------------------------------------------------- accessibility
+
+let axeSource = '';
+
+/**
+ * Runs axe-core (from node_modules, injected as a script: no CDN) on the page and resolves with
+ * its violations, each as "rule: help (n nodes: selector …)".
+ * @param {import('playwright-core').Page} page
+ */
+export async function axeViolations(page) {
+  axeSource ||= readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  if (!(await page.evaluate(() => 'axe' in window))) await page.addScriptTag({ content: axeSource });
+  const found = await page.evaluate(async () => {
+    // @ts-ignore injected above
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((/** @type {any} */ v) => ({
+      id: v.id,
+      help: v.help,
+      nodes: v.nodes.map((/** @type {any} */ n) => `${n.target.join(' ')}${n.any?.[0]?.message ? ` — ${n.any[0].message}` : ''}`),
+    }));
+  });
+  return found.map((v) => `${v.id}: ${v.help} (${v.nodes.length}: ${v.nodes.slice(0, 4).join(' | ')})`);
 }
 
 // ---------------------------------------------------------------- the agent
