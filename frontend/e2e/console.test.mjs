@@ -533,6 +533,72 @@ describe('accessibility', () => {
   });
 });
 
+describe('phone', () => {
+  test('at 390 px every page fits, and a reviewer approves a hold', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      /** Nothing wider than the screen, and the page title not covered by its controls. */
+      const fits = async (/** @type {string} */ what) => {
+        const r = await page.evaluate(() => {
+          const h1 = document.querySelector('.page-header h1')?.getBoundingClientRect();
+          const over = [...document.querySelectorAll('.page-header .actions > *')].some((el) => {
+            const b = el.getBoundingClientRect();
+            return h1 && b.width > 0 && b.left < h1.right && b.right > h1.left && b.top < h1.bottom && b.bottom > h1.top;
+          });
+          return { width: document.documentElement.scrollWidth, over };
+        });
+        assert.ok(r.width <= 390, `${what}: the page is ${r.width} px wide`);
+        assert.equal(r.over, false, `${what}: the title is covered by the header's controls`);
+      };
+      const inView = async (/** @type {import('playwright-core').Locator} */ l, /** @type {string} */ what) => {
+        const b = await l.boundingBox();
+        assert.ok(b && b.x >= 0 && b.x + b.width <= 391 && b.y >= 0 && b.y < 844, `${what} is off screen: ${JSON.stringify(b)}`);
+      };
+
+      await page.goto(`${guardian.url}/#/live`);
+      await page.getByTestId('session-row').first().waitFor();
+      await fits('live');
+      await shot(page, '14-phone-live');
+
+      await page.goto(`${guardian.url}/#/session/${session}`);
+      await page.getByTestId('timeline-step').first().waitFor();
+      await fits('session');
+
+      await page.goto(`${guardian.url}/#/rules/big-transfer`);
+      await page.locator('#rule-when .cm-content').waitFor();
+      await inView(page.locator('#rule-when .cm-content'), 'the rule editor');
+      await fits('rules');
+      await shot(page, '15-phone-rules');
+
+      await page.goto(`${guardian.url}/#/audit`);
+      await page.locator('.arow').first().waitFor();
+      await fits('audit');
+      for (const cell of await page.locator('.thead > *:visible').all()) await inView(cell, `audit column ${await cell.innerText()}`);
+
+      await page.goto(`${guardian.url}/#/overview`);
+      await page.locator('.kpi').first().waitFor();
+      await fits('overview');
+
+      // A reviewer approves from the phone.
+      const hold = holdTransfer(`${session}-phone`, 2750);
+      await page.goto(`${guardian.url}/#/held`);
+      await page.getByTestId('hold-title').getByText('transfer_funds').waitFor();
+      await fits('held');
+      await page.waitForTimeout(700);
+      const approve = page.getByTestId('approve');
+      await approve.scrollIntoViewIfNeeded();
+      await inView(approve, 'Approve');
+      await shot(page, '16-phone-held');
+      await approve.tap().catch(() => approve.click());
+      await page.getByRole('button', { name: 'Send now' }).click();
+      assert.equal((await hold.promise).result?.decision, 'allow');
+      await page.getByText(/All clear/).waitFor();
+    } finally {
+      await page.setViewportSize({ width: 1440, height: 900 });
+    }
+  });
+});
+
 /** Posts a transfer that the fixture's big-transfer rule holds; settled() says if the agent has its answer. */
 function holdTransfer(sessionId, amount) {
   let done = false;
