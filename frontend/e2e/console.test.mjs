@@ -434,6 +434,20 @@ describe('roles', () => {
       await p.emulateMedia({ colorScheme: scheme });
       assert.deepEqual(await axeViolations(p), [], `sign-in page, ${scheme}`);
     }
+    // The password field looks like the name field, and the card is centred on a phone.
+    await p.setViewportSize({ width: 390, height: 844 });
+    const look = (/** @type {string} */ sel) =>
+      p.locator(sel).evaluate((el) => {
+        const c = getComputedStyle(el);
+        const b = el.getBoundingClientRect();
+        return { border: c.borderTopColor + ' ' + c.borderTopWidth, radius: c.borderTopLeftRadius, bg: c.backgroundColor, height: b.height, width: b.width };
+      });
+    await p.evaluate(() => /** @type {HTMLElement | null} */ (document.activeElement)?.blur());
+    assert.deepEqual(await look('#signin-password'), await look('#signin-name'));
+    const card = await p.locator('.signin .card').boundingBox();
+    assert.ok(card && Math.abs(card.x - (390 - card.x - card.width)) <= 1, `the card is off centre: ${JSON.stringify(card)}`);
+    await shot(p, '17-signin-phone');
+    await p.setViewportSize({ width: 1440, height: 900 });
     await signIn('vera');
     const who = { session: 'roles-1', step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };
     let done = false;
