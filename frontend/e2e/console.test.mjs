@@ -613,6 +613,35 @@ describe('phone', () => {
   });
 });
 
+describe('slow guardian', () => {
+  test('the shell renders at once and each panel shows its own loading state', async () => {
+    const slow = (/** @type {URL} */ u) => ['/api/auth/me', '/api/holds', '/api/sessions'].includes(u.pathname);
+    let release = () => {};
+    const gate = new Promise((ok) => (release = () => ok(undefined)));
+    await page.route(slow, async (r) => {
+      await gate;
+      await r.continue().catch(() => undefined);
+    });
+    try {
+      await page.goto(`${guardian.url}/#/held`);
+      await page.reload();
+      await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Rules' }).waitFor({ timeout: 3000 });
+      await page.getByText('Loading the review queue…').waitFor({ timeout: 3000 });
+      assert.equal(await page.getByText(/All clear/).count(), 0);
+      await shot(page, '18-held-slow');
+      await page.getByRole('link', { name: 'Live' }).click();
+      await page.getByText('Loading sessions…').waitFor({ timeout: 3000 });
+      release();
+      await page.getByTestId('session-row').first().waitFor();
+      await page.getByRole('link', { name: 'Held' }).click();
+      await page.getByText(/All clear/).waitFor();
+    } finally {
+      release();
+      await page.unroute(slow);
+    }
+  });
+});
+
 /** Posts a transfer that the fixture's big-transfer rule holds; settled() says if the agent has its answer. */
 function holdTransfer(sessionId, amount) {
   let done = false;
