@@ -252,6 +252,35 @@ describe('review safety', () => {
     await page.getByText('All clear').waitFor();
   });
 
+  test('a rule with hold.confirm needs a second, explicit step before an approval', async () => {
+    const rule = { id: 'confirm-wire', name: 'Confirm wires', when: 'tool == "wire"', action: 'hold', priority: 60, mode: 'enforce', hold: { timeout: '2m', onTimeout: 'deny', confirm: true } };
+    let res = await fetch(`${guardian.url}/api/rules`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(rule) });
+    const created = await res.text();
+    assert.ok(res.ok, created);
+    assert.equal(JSON.parse(created).hold?.confirm, true, 'the guardian keeps hold.confirm');
+    try {
+      let done = false;
+      const wire = post(guardian.url, aosRequest({ session: `${session}-confirm`, step: 1 }, 'steps/toolCallRequest', toolCall('wire', { amount: 90000 }))).finally(() => (done = true));
+      await page.goto(`${guardian.url}/#/held`);
+      await page.getByTestId('hold-title').getByText('wire').waitFor();
+      await page.getByText('needs confirmation').waitFor();
+      await page.waitForTimeout(700);
+      await page.keyboard.press('a');
+      await page.getByTestId('confirm-approval').waitFor();
+      await page.keyboard.press('a'); // a second keypress is not the explicit step
+      await page.waitForTimeout(300);
+      assert.equal(await page.getByTestId('queued-decision').count(), 0);
+      await shot(page, '09b-held-confirm');
+      await page.getByTestId('confirm-approve').click();
+      await page.getByRole('button', { name: 'Send now' }).click();
+      assert.equal((await wire).result?.decision, 'allow');
+      assert.equal(done, true);
+    } finally {
+      res = await fetch(`${guardian.url}/api/rules/confirm-wire`, { method: 'DELETE' });
+      assert.ok(res.ok, await res.text());
+    }
+  });
+
   test('a hold that times out while selected says so and the selection stays', async () => {
     const rule = {
       id: 'quick-hold',
