@@ -132,7 +132,12 @@ let axeSource = '';
  */
 export async function axeViolations(page) {
   axeSource ||= readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-  if (!(await page.evaluate(() => 'axe' in window))) await page.addScriptTag({ content: axeSource });
+  if (!(await page.evaluate(() => 'axe' in window))) {
+    await page.addScriptTag({ content: axeSource }).catch(() => undefined);
+    // A Content-Security-Policy without inline scripts blocks the tag; evaluating the source
+    // through the DevTools protocol is not subject to it.
+    if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(axeSource);
+  }
   const found = await page.evaluate(async () => {
     // @ts-ignore injected above
     const r = await window.axe.run(document, { resultTypes: ['violations'] });
