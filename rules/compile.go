@@ -383,6 +383,11 @@ func compileRule(r Rule, hopts []expr.Option, cache *regexCache) (*compiledRule,
 		if time.Duration(h.Timeout) > 24*time.Hour {
 			bad("hold.timeout", "timeout %s is longer than 24h", h.Timeout)
 		}
+		// A confirmation on a rule that never holds would silently mean nothing.
+		if h.Confirm && r.Action != ActionHold {
+			bad("hold.confirm", "confirm applies to hold rules only, not %s", r.Action)
+		}
+		cr.hold.Confirm = h.Confirm
 	}
 
 	if m := r.Modify; m != nil {

@@ -85,6 +85,7 @@ func TestValidateRule(t *testing.T) {
 			r.Action = ActionHold
 			r.Hold = &HoldSpec{Timeout: Duration(48 * time.Hour)}
 		}, []fieldMsg{{"hold.timeout", "longer than 24h"}}},
+		{"confirm on a deny rule", func(r *Rule) { r.Hold = &HoldSpec{Confirm: true} }, []fieldMsg{{"hold.confirm", "hold rules only"}}},
 		{"long reason code", func(r *Rule) { r.ReasonCode = strings.Repeat("C", MaxIDLen+1) }, []fieldMsg{{"reasonCode", "longer"}}},
 	}
 	for _, tc := range cases {

@@ -251,6 +251,10 @@ func TestHoldSpec(t *testing.T) {
 	v = mustCompile(t, Options{}, rule("h", `true`, ActionHold)).Evaluate(&Env{})
 	require.Equal(t, &HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny}, v.Hold)
 
+	r.Hold = &HoldSpec{Confirm: true}
+	v = mustCompile(t, Options{}, r).Evaluate(&Env{})
+	require.Equal(t, &HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny, Confirm: true}, v.Hold)
+
 	r.Hold = &HoldSpec{OnTimeout: ""}
 	v = mustCompile(t, Options{}, r).Evaluate(&Env{})
 	require.Equal(t, &HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny}, v.Hold)

@@ -151,6 +151,9 @@ type HoldSpec struct {
 	Timeout Duration `json:"timeout" yaml:"timeout"`
 	// OnTimeout is allow or deny.
 	OnTimeout Action `json:"onTimeout" yaml:"onTimeout"`
+	// Confirm asks the console for a second, explicit step before an approval is sent: for
+	// holds where one keypress is too little (large payments, deletions).
+	Confirm bool `json:"confirm,omitempty" yaml:"confirm,omitempty"`
 }
 
 // ModifySpec says how a modify rule changes the request.

@@ -3,7 +3,8 @@
 // with a fresh profile, and act as an agent with plain fetch POSTs to /aos.
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -30,7 +31,7 @@ export function freePort() {
 
 /**
  * Starts the guardian and resolves with its URL once it prints "listening on http://…".
- * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number}} [opts]
+ * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number, users?: {name: string, role: string, password: string}[]}} [opts]
  */
 export async function startGuardian(opts = {}) {
   const bin = process.env.VIGIL_BIN;
@@ -41,6 +42,18 @@ export async function startGuardian(opts = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
   const port = await freePort();
   const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', opts.rules ?? RULES_FIXTURE, ...(opts.extraArgs ?? [])];
+  // Operator accounts (team mode): created in the database before the guardian starts.
+  for (const u of opts.users ?? []) {
+    if (!bin) throw new Error('users need the real guardian (VIGIL_BIN)');
+    await new Promise((ok, bad) => {
+      const p = spawn(bin, ['users', 'add', u.name, '--role', u.role, '--db', join(dir, 'vigil.db')], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      p.stderr.on('data', (c) => (out += c));
+      p.stdin.end(`${u.password}\n`);
+      p.on('exit', (code) => (code === 0 ? ok(undefined) : bad(new Error(`vigil users add ${u.name} exited with ${code}: ${out}`))));
+    });
+  }
   const cmd = bin ?? process.execPath;
   const argv = bin ? args : [join(here, 'mock', 'server.mjs'), ...args];
   const proc = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
@@ -106,6 +119,35 @@ export async function startBrowser() {
 export async function shot(page, name) {
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
+// ---------------------------------------------------------------- accessibility
+
+let axeSource = '';
+
+/**
+ * Runs axe-core (from node_modules, injected as a script: no CDN) on the page and resolves with
+ * its violations, each as "rule: help (n nodes: selector …)".
+ * @param {import('playwright-core').Page} page
+ */
+export async function axeViolations(page) {
+  axeSource ||= readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  if (!(await page.evaluate(() => 'axe' in window))) {
+    await page.addScriptTag({ content: axeSource }).catch(() => undefined);
+    // A Content-Security-Policy without inline scripts blocks the tag; evaluating the source
+    // through the DevTools protocol is not subject to it.
+    if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(axeSource);
+  }
+  const found = await page.evaluate(async () => {
+    // @ts-ignore injected above
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((/** @type {any} */ v) => ({
+      id: v.id,
+      help: v.help,
+      nodes: v.nodes.map((/** @type {any} */ n) => `${n.target.join(' ')}${n.any?.[0]?.message ? ` — ${n.any[0].message}` : ''}`),
+    }));
+  });
+  return found.map((v) => `${v.id}: ${v.help} (${v.nodes.length}: ${v.nodes.slice(0, 4).join(' | ')})`);
 }
 
 // ---------------------------------------------------------------- the agent

@@ -2,7 +2,7 @@
 // steps ticker, the latest stats, the operator's name, toasts and the operator prompt. Pages
 // subscribe to the event stream for what only they need.
 
-import { Api, ApiError, liveUrl, resolveApiBase, type Me } from './api';
+import { Api, ApiError, liveUrl, resolveApiBase, type DecisionBody, type Me } from './api';
 import { ClockOffset, applyHoldEvents, emptyHolds, holdsBySession, setPending, type HoldsState } from './holds';
 import { LiveClient, type LiveState } from './live';
 import { loadOperator, saveOperator } from './operator';
@@ -10,6 +10,31 @@ import { pushCapped } from './sessions';
 import type { Hold, Info, LiveEvent, Stats, Step } from './types';
 
 export const TICKER_MAX = 200;
+
+/** How long a decision waits, undoable, before the agent is answered. */
+export const UNDO_MS = 5000;
+
+export type DecisionAction = 'approve' | 'deny' | 'modify';
+
+/** A decision the operator made that is not sent yet: it can still be undone. */
+export interface QueuedDecision {
+  id: number;
+  hold: Hold;
+  action: DecisionAction;
+  body: DecisionBody;
+  remember: boolean;
+  /** Epoch ms when it is sent. */
+  due: number;
+  timer: ReturnType<typeof setTimeout>;
+  /** The guardian refused the request (400): the page that queued it shows the message. */
+  onRefused?: (message: string) => void;
+}
+
+export const decisionVerb: Record<DecisionAction, { doing: string; done: string }> = {
+  approve: { doing: 'Approving', done: 'Approved' },
+  deny: { doing: 'Denying', done: 'Denied' },
+  modify: { doing: 'Approving with changes', done: 'Approved with changes' },
+};
 
 export interface Toast {
   id: number;
@@ -47,6 +72,19 @@ class ConsoleState {
   info = $state.raw<Info | null>(null);
   holds = $state.raw<HoldsState>(emptyHolds());
   holdsLoaded = $state(false);
+  /** Why the last load of the queue failed; '' once it loaded. */
+  holdsError = $state('');
+  holdsLoading = $state(false);
+  /** Decisions waiting out their undo window, oldest first. */
+  queued = $state.raw<QueuedDecision[]>([]);
+  /** Holds this console decided (sent), so the queue may move on from them. */
+  decidedHere = $state.raw<ReadonlySet<string>>(new Set());
+  private queueId = 0;
+  /**
+   * Asked before the route changes (target hash) or the page unloads (null): false keeps the
+   * page, which then asks the operator itself. The rule editor sets it while it has a draft.
+   */
+  leaveGuard: ((target: string | null) => boolean) | null = null;
   ticker = $state.raw<Step[]>([]);
   /** Steps per second over the last 10 s, from the ticker (capped, so a lower bound at high rates). */
   rate = $derived.by(() => {
@@ -59,6 +97,7 @@ class ConsoleState {
     return n / 10;
   });
   stats = $state.raw<Stats | null>(null);
+  statsError = $state('');
   /** Latency history from stats ticks, for the overview sparkline. */
   latencyHistory = $state.raw<{ t: number; p50: number; p99: number }[]>([]);
   /** Local time, refreshed every second: drives countdowns and relative times. */
@@ -82,7 +121,15 @@ class ConsoleState {
     this.live = new LiveClient({
       url: liveUrl(base, location),
       onEvents: (evs) => this.onEvents(evs),
-      onState: (s) => (this.liveState = s),
+      onState: (s) => {
+        const was = this.liveState.status;
+        this.liveState = s;
+        // Back online: what failed to load while the guardian was away loads again.
+        if (s.status === 'open' && was !== 'open' && this.started) {
+          if (this.holdsError) void this.refreshHolds();
+          if (this.statsError && !this.stats) void this.refreshStats();
+        }
+      },
     });
   }
 
@@ -143,6 +190,11 @@ class ConsoleState {
     return (RANK[this.me?.role ?? ''] ?? 0) >= RANK[role]!;
   }
 
+  /** Says what the signed-in role cannot do, in place of the controls it would need. */
+  roleNote(role: 'reviewer' | 'admin', what: string): string {
+    return `Signed in as ${this.me?.role ?? 'viewer'}: to ${what} needs ${role}.`;
+  }
+
   /** Like can(), and tells the operator when their role is not enough. */
   allowed(role: 'reviewer' | 'admin'): boolean {
     if (this.can(role)) return true;
@@ -156,10 +208,17 @@ class ConsoleState {
     this.live.start();
     void this.refreshInfo();
     void this.refreshHolds();
-    void this.api
-      .stats()
-      .then((s) => (this.stats ??= s))
-      .catch(() => undefined);
+    void this.refreshStats();
+  }
+
+  async refreshStats(): Promise<void> {
+    try {
+      const s = await this.api.stats();
+      this.stats ??= s;
+      this.statsError = '';
+    } catch (err) {
+      this.statsError = err instanceof Error ? err.message : String(err);
+    }
   }
 
   reconnect(): void {
@@ -180,14 +239,92 @@ class ConsoleState {
   }
 
   async refreshHolds(): Promise<void> {
+    this.holdsLoading = true;
     try {
       const r = await this.api.holds('pending');
       // The server's clock, for countdowns against its deadlines.
       if (r.now) this.clock.observe(r.now, Date.now());
       this.holds = setPending(this.holds, r.holds ?? []);
       this.holdsLoaded = true;
+      this.holdsError = '';
     } catch (err) {
-      this.error(err);
+      // The Held page shows this in place of the queue: an empty list would read "all clear".
+      this.holdsError = err instanceof Error ? err.message : String(err);
+    } finally {
+      this.holdsLoading = false;
+    }
+  }
+
+  // ---- decisions, with an undo window ----
+
+  /**
+   * Queues a decision on a hold: it is sent after UNDO_MS unless undone. A hold whose deadline
+   * comes before the undo window ends is decided at once ('now'). A hold that already has a
+   * queued decision is left alone ('duplicate').
+   */
+  queueDecision(
+    hold: Hold,
+    action: DecisionAction,
+    body: DecisionBody,
+    remember: boolean,
+    onRefused?: (message: string) => void,
+  ): 'queued' | 'now' | 'duplicate' {
+    if (this.queued.some((q) => q.hold.id === hold.id)) return 'duplicate';
+    const id = ++this.queueId;
+    const left = Date.parse(hold.deadline) - this.serverNow();
+    const now = !Number.isNaN(left) && left < UNDO_MS + 1500;
+    const q: QueuedDecision = {
+      id,
+      hold,
+      action,
+      body,
+      remember,
+      due: Date.now() + (now ? 0 : UNDO_MS),
+      timer: setTimeout(() => void this.sendDecision(id), now ? 0 : UNDO_MS),
+      ...(onRefused ? { onRefused } : {}),
+    };
+    this.queued = [...this.queued, q];
+    return now ? 'now' : 'queued';
+  }
+
+  /** Takes a queued decision back; nothing reaches the agent. */
+  undoDecision(id?: number): void {
+    const q = id === undefined ? this.queued.at(-1) : this.queued.find((x) => x.id === id);
+    if (!q) return;
+    clearTimeout(q.timer);
+    this.queued = this.queued.filter((x) => x.id !== q.id);
+    this.toast(`Undone: ${q.hold.tool || q.hold.method} is still waiting for review`, 'info');
+  }
+
+  /** Sends a queued decision before its undo window ends. */
+  sendDecisionNow(id: number): void {
+    const q = this.queued.find((x) => x.id === id);
+    if (!q) return;
+    clearTimeout(q.timer);
+    void this.sendDecision(id);
+  }
+
+  private async sendDecision(id: number): Promise<void> {
+    const q = this.queued.find((x) => x.id === id);
+    if (!q) return;
+    this.queued = this.queued.filter((x) => x.id !== id);
+    const h = q.hold;
+    try {
+      const res = await this.api.decide(h.id, q.action, q.body);
+      this.toast(`${decisionVerb[q.action].done}: ${h.tool || h.method}${q.remember ? ' · remembered' : ''}`, 'ok');
+      this.decidedHere = new Set([...this.decidedHere, h.id].slice(-200));
+      const status = q.action === 'deny' ? 'denied' : q.action === 'modify' ? 'modified' : 'approved';
+      this.holds = {
+        pending: this.holds.pending.filter((x) => x.id !== h.id),
+        recent: [res ?? { ...h, status }, ...this.holds.recent.filter((x) => x.id !== h.id)].slice(0, 50),
+      };
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 409) {
+        this.toast(`Not sent, already decided: ${err.message}`, 'info', 7000);
+        void this.refreshHolds();
+      } else if (err instanceof ApiError && err.status === 400 && q.onRefused) {
+        q.onRefused(err.message);
+      } else this.toast(`${decisionVerb[q.action].doing} ${h.tool || h.method} failed: ${err instanceof Error ? err.message : String(err)}`, 'error', 9000);
     }
   }
 
@@ -204,6 +341,7 @@ class ConsoleState {
       if (e.type === 'step' && e.payload) steps.push(e.payload);
       else if (e.type === 'stats' && e.payload) {
         this.stats = e.payload;
+        this.statsError = '';
         this.latencyHistory = [
           ...this.latencyHistory.slice(-359),
           { t: Date.parse(e.at) / 1000 || local / 1000, p50: e.payload.latency?.p50Micros ?? 0, p99: e.payload.latency?.p99Micros ?? 0 },
@@ -212,6 +350,15 @@ class ConsoleState {
     }
     if (steps.length) {
       this.ticker = pushCapped(this.ticker, steps, TICKER_MAX);
+    }
+    for (const e of events) {
+      if (e.type !== 'hold.resolved' || !e.payload) continue;
+      const q = this.queued.find((x) => x.hold.id === e.payload.id);
+      if (!q) continue;
+      clearTimeout(q.timer);
+      this.queued = this.queued.filter((x) => x.id !== q.id);
+      const why = e.payload.status === 'timedOut' ? 'it timed out' : `it was decided${e.payload.decidedBy ? ` by ${e.payload.decidedBy}` : ''}`;
+      this.toast(`Your decision on ${q.hold.tool || q.hold.method} was not sent: ${why} first`, 'error', 9000);
     }
     const holds = applyHoldEvents(this.holds, events);
     if (holds !== this.holds) this.holds = holds;

@@ -115,7 +115,8 @@ export interface Rule {
   priority?: number;
   mode?: RuleMode;
   enabled?: boolean;
-  hold?: { timeout?: string; onTimeout?: string } | null;
+  /** confirm: approving needs a second, explicit step in the console. */
+  hold?: { timeout?: string; onTimeout?: string; confirm?: boolean } | null;
   modify?: { redact?: string[]; set?: Record<string, string> } | null;
   expiresAt?: string | null;
   version?: number;
