@@ -101,7 +101,7 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	case errors.As(err, &rpcErr):
 		reason = fmt.Sprintf("Vigil refused the step: %s (JSON-RPC %d). Check VIGIL_API_KEY and the guardian's log.", rpcErr.Message, rpcErr.Code)
 	default:
-		reason = fmt.Sprintf("Vigil guardian at %s is not reachable (%v). Start it with `vigil` (desktop window) or `vigil serve`, set VIGIL_URL to where it runs, or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, err)
+		reason = fmt.Sprintf("Vigil guardian at %s is not reachable (%v). Start it with `vigil` (desktop window) or `vigil serve`, set VIGIL_URL to where it runs, or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, rootCause(err))
 	}
 	// A tool's output already exists: with no verdict there is nothing to hold back.
 	if call.Phase == PhaseAfterTool || (cfg.OnGuardianError == "allow" && !timedOut) {
@@ -119,4 +119,16 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 
 func blocked(err error) Output {
 	return Output{Stderr: "vigil hook: " + err.Error(), Code: 2}
+}
+
+// rootCause is the innermost error ("connection refused"), which says more to a developer
+// than the whole chain of the request.
+func rootCause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
