@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-
 func installOpts(agent, dir string) InstallOptions {
 	return InstallOptions{Agent: agent, Dir: dir, Command: "/opt/vigil/bin/vigil hook " + agent + " --timeout 10m0s", Timeout: 10 * time.Minute}
 }
@@ -201,4 +200,3 @@ func TestQuoteArg(t *testing.T) {
 	require.Equal(t, `'it'\''s'`, QuoteArg("it's"))
 	require.Equal(t, "''", QuoteArg(""))
 }
-
