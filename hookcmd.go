@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -115,8 +116,8 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	if err == nil && len(rest) != 1 {
-		err = errors.New("name one agent")
+	if err == nil && (len(rest) != 1 || !slices.Contains(hook.Agents, rest[0])) {
+		err = fmt.Errorf("name one agent: %s", strings.Join(hook.Agents, ", "))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "vigil hook: %v\n%s\n", err, hookUsage)
@@ -138,8 +139,8 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	if err == nil && len(rest) != 1 {
-		err = errors.New("name one agent")
+	if err == nil && (len(rest) != 1 || !slices.Contains(hook.Agents, rest[0])) {
+		err = fmt.Errorf("name one agent: %s", strings.Join(hook.Agents, ", "))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "vigil hook install: %v\n%s\n", err, hookUsage)

@@ -22,7 +22,8 @@ type InstallOptions struct {
 	Command string
 	// Timeout is the agent's timeout for the hook, long enough for a hold to be decided.
 	Timeout time.Duration
-	// Uninstall removes Vigil's entries instead.
+	// Uninstall removes Vigil's entries instead (Command still names the program, to
+	// recognise a binary not named vigil).
 	Uninstall bool
 }
 
@@ -63,13 +64,29 @@ func SettingsPath(agent, dir string) (string, error) {
 // IsVigilCommand reports whether a hook command is one Vigil installed for agent: its
 // program is named vigil and it runs "hook AGENT".
 func IsVigilCommand(cmd, agent string) bool {
-	// The program path may be quoted and hold spaces: split at " hook AGENT".
+	prog, ok := program(cmd, agent)
+	return ok && strings.TrimSuffix(filepath.Base(prog), ".exe") == "vigil"
+}
+
+// program is the program of a "PROG hook AGENT …" command. Its path may be quoted and hold
+// spaces: the command is split at " hook AGENT".
+func program(cmd, agent string) (string, bool) {
 	i := strings.Index(cmd+" ", " hook "+agent+" ")
 	if i <= 0 {
-		return false
+		return "", false
 	}
-	prog := strings.Trim(strings.TrimSpace(cmd[:i]), `"'`)
-	return strings.TrimSuffix(filepath.Base(prog), ".exe") == "vigil"
+	return strings.Trim(strings.TrimSpace(cmd[:i]), `"'`), true
+}
+
+// ours reports whether cmd is Vigil's hook for agent: named vigil, or the same program as
+// the command being installed (a binary under another name).
+func ours(cmd, agent, installing string) bool {
+	if IsVigilCommand(cmd, agent) {
+		return true
+	}
+	p, ok := program(cmd, agent)
+	q, ok2 := program(installing, agent)
+	return ok && ok2 && p == q
 }
 
 // Install adds (or with Uninstall removes) Vigil's hooks in the agent's settings file,
@@ -113,7 +130,7 @@ func Install(o InstallOptions) (InstallResult, error) {
 		if err != nil {
 			return res, err
 		}
-		kept, removed := withoutVigil(o.Agent, list)
+		kept, removed := withoutVigil(o.Agent, o.Command, list)
 		var want []any
 		if !o.Uninstall {
 			want = []any{entry(o, ev.matcher)}
@@ -169,7 +186,7 @@ func entries(v any, path, event string) ([]any, error) {
 
 // withoutVigil drops Vigil's own hooks of agent from an event's list: the whole group in
 // Claude Code's matcher layout when only Vigil is in it, else just Vigil's command.
-func withoutVigil(agent string, list []any) ([]any, int) {
+func withoutVigil(agent, installing string, list []any) ([]any, int) {
 	var kept []any
 	removed := 0
 	for _, item := range list {
@@ -180,7 +197,7 @@ func withoutVigil(agent string, list []any) ([]any, int) {
 		}
 		if cmd, ok := m["command"].(string); ok {
 			// Cursor's flat layout: one command per entry.
-			if IsVigilCommand(cmd, agent) {
+			if ours(cmd, agent, installing) {
 				removed++
 				continue
 			}
@@ -195,7 +212,7 @@ func withoutVigil(agent string, list []any) ([]any, int) {
 		var rest []any
 		for _, h := range inner {
 			if hm, ok := h.(map[string]any); ok {
-				if cmd, _ := hm["command"].(string); IsVigilCommand(cmd, agent) {
+				if cmd, _ := hm["command"].(string); ours(cmd, agent, installing) {
 					removed++
 					continue
 				}
