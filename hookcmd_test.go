@@ -272,3 +272,11 @@ func TestHookInstallCommand(t *testing.T) {
 	require.Equal(t, 2, runHook([]string{"install", "claude-code", "--project", dir, "--user"}, nil, &stdout, &stderr))
 	require.Equal(t, 2, runHook([]string{"claude-code", "--on-guardian-error", "maybe"}, nil, &stdout, &stderr))
 }
+
+// TestCodingAgentsPack runs the test cases of the coding-agent rule pack.
+func TestCodingAgentsPack(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := runRules([]string{"test", filepath.Join("examples", "rules", "coding-agents.yaml")}, &stdout, &stderr)
+	require.Zero(t, code, stdout.String()+stderr.String())
+	require.NotContains(t, stdout.String(), "FAIL")
+}
