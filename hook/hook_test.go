@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,4 +224,42 @@ func TestOtherEventsPass(t *testing.T) {
 		Config{Guardian: "http://127.0.0.1:1"})
 	require.Zero(t, code)
 	require.Empty(t, stdout.String())
+}
+
+func TestGuardianAnswers(t *testing.T) {
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32004,"message":"unauthorized"}}`, req.ID)
+	}))
+	defer refuse.Close()
+	pre := `{"session_id":"s","cwd":"/p","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"t1"}`
+	post := `{"session_id":"s","cwd":"/p","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"tool_response":{"stdout":"a"},"tool_use_id":"t1"}`
+	tests := []struct {
+		name, url, payload, onErr string
+		wantOut                   string // substring; "" means no output
+	}{
+		{"refused step is denied", refuse.URL, pre, "deny", "Vigil refused the step: unauthorized (JSON-RPC -32004)"},
+		{"refused step with allow passes", refuse.URL, pre, "allow", ""},
+		{"unreachable result passes", "http://127.0.0.1:1", post, "deny", ""},
+		{"unreachable request is denied", "http://127.0.0.1:1", pre, "deny", "is not reachable (connection refused)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Run(t.Context(), ClaudeCode, strings.NewReader(tt.payload), &stdout, &stderr,
+				Config{Guardian: tt.url, Timeout: time.Minute, OnGuardianError: tt.onErr})
+			require.Zero(t, code)
+			if tt.wantOut == "" {
+				require.Empty(t, stdout.String())
+				require.NotEmpty(t, stderr.String(), "the developer still learns why")
+				return
+			}
+			require.Contains(t, stdout.String(), `"permissionDecision":"deny"`)
+			require.Contains(t, stdout.String(), tt.wantOut)
+		})
+	}
 }
