@@ -11,7 +11,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
 
-.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke bench deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -85,6 +85,13 @@ test-frontend: deps-frontend
 
 e2e: build
 	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil $(NPM) run e2e
+
+## test-agents: the real Claude Code, Codex and Gemini CLI (from npm, ~1.3 GB, kept in
+## AGENTS_DIR) against loopback fakes of their model APIs, guarded by `vigil hook`. Opt-in:
+## not part of `make test`.
+AGENTS_DIR ?= $(CURDIR)/.agents
+test-agents: build
+	bash scripts/test-agents.sh $(AGENTS_DIR)
 
 ## smoke: the desktop window under Xvfb (skipped, saying so, when its packages cannot be
 ## installed: not root and not present).

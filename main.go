@@ -106,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runKeys(args, stdout, stderr)
 	case "users":
 		return runUsers(args, stdout, stderr)
+	case "hook":
+		return runHook(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "vigil %s\n", version)
 		return 0
@@ -129,6 +131,10 @@ Usage:
   vigil rules test FILE...      run the test cases in rules files; exit 1 on any failure
   vigil keys create|list|revoke agent API keys
   vigil users add|list|remove|passwd operator accounts
+  vigil hook AGENT [flags]      a coding agent's hook: payload on stdin, answer on stdout
+                                (AGENT: claude-code, codex, gemini, cursor)
+  vigil hook install AGENT [--project DIR | --user] [--uninstall]
+                                add Vigil's hook to the agent's settings
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
   vigil version                 print the version

@@ -1,0 +1,335 @@
+package hook
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+)
+
+// Output is the hook's answer to the agent: what it prints and how it exits.
+type Output struct {
+	Stdout string
+	// Stderr is for the developer (agents show it in verbose or debug views); the model
+	// reads the reason inside Stdout.
+	Stderr string
+	Code   int
+}
+
+// Kind is the verdict as the hook applies it.
+type Kind int
+
+// The verdict kinds.
+const (
+	// Pass lets the agent go on by its own rules: nothing matched in Vigil, so Vigil neither
+	// grants nor refuses anything (the agent's own permission prompts still apply).
+	Pass Kind = iota
+	// Grant is an explicit allow: a rule allowed the step, or an operator approved a hold.
+	// Agents that can skip their own permission prompt do (Codex cannot: see Answer).
+	Grant
+	Deny
+	// Ask hands the decision to the developer through the agent's own prompt.
+	Ask
+	// Modify carries a changed tool input, prompt or tool output.
+	Modify
+)
+
+// Verdict is the guardian's result reduced to what a hook can express.
+type Verdict struct {
+	Kind Kind
+	// Reason is shown to the model (and the developer): the guardian's message and the rule.
+	Reason string
+	// Input is the modified tool input (Modify of a tool call).
+	Input map[string]any
+	// Text is the modified prompt or tool output (Modify of a message or result).
+	Text string
+}
+
+// VerdictOf reduces the guardian's result for c. A modify whose params cannot be read
+// fails closed.
+func VerdictOf(c *Call, res *aos.Result) Verdict {
+	v := Verdict{Reason: reason(res)}
+	ruleID, _ := res.Data["ruleId"].(string)
+	switch res.Decision {
+	case aos.Allow:
+		v.Kind = Pass
+		if ruleID != "" {
+			v.Kind = Grant
+		}
+	case aos.Modify:
+		v.Kind = Modify
+		if !v.readModified(c, res) {
+			return Verdict{Kind: Deny, Reason: v.Reason + " — Vigil changed this step but the change could not be applied, so it is denied."}
+		}
+	default:
+		v.Kind = Deny
+		if len(res.ReasonCode) > 0 && res.ReasonCode[0] == ReasonAsk {
+			v.Kind = Ask
+		}
+	}
+	return v
+}
+
+func reason(res *aos.Result) string {
+	msg := strings.TrimSpace(res.Message)
+	if msg == "" {
+		msg = "Decided by policy."
+	}
+	if id, _ := res.Data["ruleId"].(string); id != "" {
+		return msg + " (Vigil rule " + id + ")"
+	}
+	return msg + " (Vigil)"
+}
+
+// modified is the loose shape of the params of a modified request: only what a hook can
+// pass back.
+type modified struct {
+	ToolCallRequest *struct {
+		Inputs []aos.ToolArgumentValue `json:"inputs"`
+	} `json:"toolCallRequest"`
+	Message *struct {
+		Content []struct {
+			Text *string `json:"text"`
+		} `json:"content"`
+	} `json:"message"`
+	Result *struct {
+		Outputs []struct {
+			Text string `json:"text"`
+		} `json:"outputs"`
+	} `json:"result"`
+}
+
+func (v *Verdict) readModified(c *Call, res *aos.Result) bool {
+	raw, err := res.ModifiedParams()
+	if err != nil {
+		return false
+	}
+	var m modified
+	if json.Unmarshal(raw, &m) != nil {
+		return false
+	}
+	switch c.Phase {
+	case PhaseBeforeTool:
+		if m.ToolCallRequest == nil {
+			return false
+		}
+		v.Input = make(map[string]any, len(m.ToolCallRequest.Inputs))
+		for _, in := range m.ToolCallRequest.Inputs {
+			v.Input[in.Name] = in.Value
+		}
+		return true
+	case PhasePrompt:
+		if m.Message == nil {
+			return false
+		}
+		var parts []string
+		for _, p := range m.Message.Content {
+			if p.Text != nil {
+				parts = append(parts, *p.Text)
+			}
+		}
+		v.Text = strings.Join(parts, "\n")
+		return true
+	case PhaseAfterTool:
+		if m.Result == nil {
+			return false
+		}
+		parts := make([]string, len(m.Result.Outputs))
+		for i, o := range m.Result.Outputs {
+			parts[i] = o.Text
+		}
+		v.Text = strings.Join(parts, "\n")
+		return true
+	}
+	return false
+}
+
+// Answer renders v in c's agent's own terms. Every answer exits 0 with JSON (or nothing):
+// the agents read a deny from the JSON and show its reason to the model.
+func (c *Call) Answer(v Verdict) Output {
+	switch c.Phase {
+	case PhaseBeforeTool:
+		return c.beforeTool(v)
+	case PhaseAfterTool:
+		return c.afterTool(v)
+	case PhasePrompt:
+		return c.prompt(v)
+	}
+	if c.Agent == Cursor {
+		return jsonOut(map[string]any{})
+	}
+	return Output{}
+}
+
+func (c *Call) beforeTool(v Verdict) Output {
+	switch c.Agent {
+	case ClaudeCode, Codex:
+		type specific struct {
+			HookEventName            string         `json:"hookEventName"`
+			PermissionDecision       string         `json:"permissionDecision"`
+			PermissionDecisionReason string         `json:"permissionDecisionReason"`
+			UpdatedInput             map[string]any `json:"updatedInput,omitempty"`
+		}
+		answer := func(decision, reason string, in map[string]any) Output {
+			return jsonOut(struct {
+				HookSpecificOutput specific `json:"hookSpecificOutput"`
+			}{specific{c.Event, decision, reason, in}})
+		}
+		if c.Agent == Codex {
+			// Codex honours only deny: "allow" and "ask" are reported as a failed hook and
+			// the tool runs, so an allow prints nothing, and ask or modify deny.
+			switch v.Kind {
+			case Pass, Grant:
+				return Output{}
+			case Modify:
+				return answer("deny", v.Reason+" — Codex hooks cannot change a tool's input, so the call is denied.", nil)
+			}
+			return answer("deny", v.Reason, nil)
+		}
+		switch v.Kind {
+		case Pass:
+			return Output{}
+		case Grant:
+			return answer("allow", v.Reason, nil)
+		case Ask:
+			return answer("ask", v.Reason, nil)
+		case Modify:
+			return answer("allow", v.Reason, v.Input)
+		}
+		return answer("deny", v.Reason, nil)
+	case Gemini:
+		type specific struct {
+			HookEventName string         `json:"hookEventName"`
+			ToolInput     map[string]any `json:"tool_input"`
+		}
+		type answer struct {
+			Decision           string    `json:"decision"`
+			Reason             string    `json:"reason"`
+			HookSpecificOutput *specific `json:"hookSpecificOutput,omitempty"`
+		}
+		switch v.Kind {
+		case Pass:
+			return Output{}
+		case Grant:
+			return jsonOut(answer{Decision: "allow", Reason: v.Reason})
+		case Modify:
+			return jsonOut(answer{"allow", v.Reason, &specific{c.Event, v.Input}})
+		}
+		// Gemini CLI's own "ask" ends a non-interactive session silently: deny, so the
+		// model reads why.
+		return jsonOut(answer{Decision: "deny", Reason: v.Reason})
+	case Cursor:
+		type answer struct {
+			Permission   string         `json:"permission"`
+			UserMessage  string         `json:"user_message,omitempty"`
+			AgentMessage string         `json:"agent_message,omitempty"`
+			UpdatedInput map[string]any `json:"updated_input,omitempty"`
+		}
+		switch v.Kind {
+		case Pass, Grant:
+			return jsonOut(answer{Permission: "allow"})
+		case Ask:
+			return jsonOut(answer{Permission: "ask", UserMessage: v.Reason, AgentMessage: v.Reason})
+		case Modify:
+			if c.Event == "preToolUse" {
+				return jsonOut(answer{"allow", v.Reason, v.Reason, v.Input})
+			}
+			r := v.Reason + " — Cursor cannot change the input of this hook's calls, so the call is denied."
+			return jsonOut(answer{Permission: "deny", UserMessage: r, AgentMessage: r})
+		}
+		return jsonOut(answer{Permission: "deny", UserMessage: v.Reason, AgentMessage: v.Reason})
+	}
+	return Output{}
+}
+
+// afterTool answers a tool's result. The tool already ran: a deny or a redaction can only
+// tell the model not to use what it returned.
+func (c *Call) afterTool(v Verdict) Output {
+	context := ""
+	switch v.Kind {
+	case Deny, Ask:
+		context = "Vigil flagged this tool's output; do not use it. " + v.Reason
+	case Modify:
+		context = "Vigil redacted this tool's output; use only this redacted version: " + v.Text + "\n" + v.Reason
+	default:
+		if c.Agent == Cursor {
+			return jsonOut(map[string]any{})
+		}
+		return Output{}
+	}
+	switch c.Agent {
+	case ClaudeCode, Codex:
+		type specific struct {
+			HookEventName     string `json:"hookEventName"`
+			AdditionalContext string `json:"additionalContext"`
+		}
+		if v.Kind == Modify {
+			return jsonOut(struct {
+				HookSpecificOutput specific `json:"hookSpecificOutput"`
+			}{specific{c.Event, context}})
+		}
+		return jsonOut(struct {
+			Decision string `json:"decision"`
+			Reason   string `json:"reason"`
+		}{"block", context})
+	case Gemini:
+		type specific struct {
+			HookEventName     string `json:"hookEventName"`
+			AdditionalContext string `json:"additionalContext"`
+		}
+		if v.Kind == Modify {
+			return jsonOut(struct {
+				HookSpecificOutput specific `json:"hookSpecificOutput"`
+			}{specific{c.Event, context}})
+		}
+		return jsonOut(struct {
+			Decision string `json:"decision"`
+			Reason   string `json:"reason"`
+		}{"deny", context})
+	}
+	// Cursor's after-hooks only observe.
+	return jsonOut(map[string]any{})
+}
+
+// prompt answers a user prompt. No agent lets a hook rewrite the prompt, so a modify
+// (a redaction) blocks it with the reason: the developer edits and sends it again.
+func (c *Call) prompt(v Verdict) Output {
+	r := v.Reason
+	switch v.Kind {
+	case Pass, Grant:
+		if c.Agent == Cursor {
+			return jsonOut(struct {
+				Continue bool `json:"continue"`
+			}{true})
+		}
+		return Output{}
+	case Modify:
+		r += " — the prompt must change before it is sent; edit it and send it again."
+	}
+	switch c.Agent {
+	case Cursor:
+		return jsonOut(struct {
+			Continue    bool   `json:"continue"`
+			UserMessage string `json:"user_message"`
+		}{false, r})
+	case Gemini:
+		return jsonOut(struct {
+			Decision string `json:"decision"`
+			Reason   string `json:"reason"`
+		}{"deny", r})
+	}
+	return jsonOut(struct {
+		Decision string `json:"decision"`
+		Reason   string `json:"reason"`
+	}{"block", r})
+}
+
+func jsonOut(v any) Output {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain maps and strings are encoded here; a failure is a bug, and the answer
+		// must still block.
+		return Output{Stderr: "vigil hook: encode answer: " + err.Error(), Code: 2}
+	}
+	return Output{Stdout: string(b) + "\n"}
+}

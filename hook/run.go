@@ -1,0 +1,134 @@
+package hook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+)
+
+// Config is one hook invocation's settings; main fills it from flags and VIGIL_*.
+type Config struct {
+	// Guardian is the guardian's base URL, e.g. http://127.0.0.1:7878.
+	Guardian string
+	// APIKey is the agent key in team mode.
+	APIKey string
+	// Timeout is the agent's own timeout for this hook. The hook answers before it: an
+	// agent that kills a slow hook runs the tool (Claude Code, Codex and Gemini CLI treat a
+	// timed-out hook as a non-blocking error).
+	Timeout time.Duration
+	// OnGuardianError is "deny" (default) or "allow": the answer when the guardian cannot
+	// be reached or refuses the request.
+	OnGuardianError string
+	Env             Env
+	// HTTPClient, when set, replaces the default client (tests).
+	HTTPClient *http.Client
+}
+
+// Margin is how long before the agent's timeout the hook gives up waiting and answers
+// itself: process teardown and the agent's reading of stdout must fit in it.
+const Margin = 3 * time.Second
+
+// Run answers one hook call: payload on stdin, answer on stdout, exit code returned.
+func Run(ctx context.Context, agent string, stdin io.Reader, stdout, stderr io.Writer, cfg Config) int {
+	out := run(ctx, agent, stdin, cfg)
+	if out.Stdout != "" {
+		_, _ = io.WriteString(stdout, out.Stdout)
+	}
+	if out.Stderr != "" {
+		_, _ = io.WriteString(stderr, strings.TrimRight(out.Stderr, "\n")+"\n")
+	}
+	return out.Code
+}
+
+func run(ctx context.Context, agent string, stdin io.Reader, cfg Config) Output {
+	data, err := io.ReadAll(io.LimitReader(stdin, maxPayload+1))
+	if err != nil {
+		return blocked(fmt.Errorf("read stdin: %w", err))
+	}
+	call, err := Translate(agent, data, cfg.Env)
+	if err != nil {
+		// Exit 2 with the reason on stderr blocks the call in every agent: an unreadable
+		// payload must not let a tool run unseen.
+		return blocked(err)
+	}
+	if call.Phase == PhaseOther {
+		return call.Answer(Verdict{Kind: Pass})
+	}
+	wait := cfg.Timeout - Margin
+	if wait <= 0 {
+		wait = cfg.Timeout / 2
+	}
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	res, err := send(ctx, call, cfg)
+	if err != nil {
+		return guardianError(call, cfg, err, ctx.Err() != nil)
+	}
+	return call.Answer(VerdictOf(call, res))
+}
+
+func send(ctx context.Context, call *Call, cfg Config) (*aos.Result, error) {
+	var opts []aos.ClientOption
+	if cfg.HTTPClient != nil {
+		opts = append(opts, aos.WithHTTPClient(cfg.HTTPClient))
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, aos.WithAPIKey(cfg.APIKey))
+	}
+	client := aos.NewClient(strings.TrimRight(cfg.Guardian, "/")+"/aos", opts...)
+	return client.Call(ctx, call.Method, call.Params)
+}
+
+// guardianError answers when no verdict came: the guardian is down, refused the step, or
+// a held step was not decided before the hook's own deadline.
+func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
+	var reason string
+	var rpcErr *aos.Error
+	switch {
+	case timedOut:
+		// The hold's own onTimeout is the guardian's to apply and it did not answer in
+		// time: the hook cannot know it, so it fails closed.
+		reason = fmt.Sprintf("Vigil: the review of this step did not finish within the hook's %s timeout, so it is denied. Ask the operator to decide sooner, or give held steps a hold timeout shorter than the hook's.", cfg.Timeout)
+	case errors.As(err, &rpcErr):
+		reason = fmt.Sprintf("Vigil refused the step: %s (JSON-RPC %d). Check VIGIL_API_KEY and the guardian's log.", rpcErr.Message, rpcErr.Code)
+	default:
+		reason = fmt.Sprintf("Vigil guardian at %s is not reachable (%v). Start it with `vigil` (desktop window) or `vigil serve`, set VIGIL_URL to where it runs, or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, rootCause(err))
+	}
+	// A tool's output already exists: with no verdict there is nothing to hold back.
+	if call.Phase == PhaseAfterTool || (cfg.OnGuardianError == "allow" && !timedOut) {
+		out := call.Answer(Verdict{Kind: Pass})
+		out.Stderr = reason
+		if call.Phase != PhaseAfterTool {
+			out.Stderr += " (allowed: --on-guardian-error allow)"
+		}
+		return out
+	}
+	out := call.Answer(Verdict{Kind: Deny, Reason: reason})
+	out.Stderr = reason
+	return out
+}
+
+func blocked(err error) Output {
+	return Output{Stderr: "vigil hook: " + err.Error(), Code: 2}
+}
+
+// rootCause is the innermost error ("connection refused"), which says more to a developer
+// than the whole chain of the request.
+func rootCause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}

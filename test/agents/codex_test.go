@@ -1,0 +1,138 @@
+//go:build agents
+
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeResponses serves the OpenAI Responses API (POST /v1/responses, streamed) the way
+// Codex reads it: a turn whose input does not yet end in a function call output gets a call
+// of Codex's shell tool running s.command; one that does gets text quoting the output.
+func fakeResponses(t *testing.T, s *script) *httptest.Server {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/responses") {
+			http.NotFound(w, r)
+			return
+		}
+		var req struct {
+			Tools []struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			} `json:"tools"`
+			Input []struct {
+				Type   string          `json:"type"`
+				Output json.RawMessage `json:"output"`
+			} `json:"input"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var names []string
+		for _, tool := range req.Tools {
+			names = append(names, tool.Name)
+		}
+		id := n.Add(1)
+		var item map[string]any
+		if k := len(req.Input); k > 0 && req.Input[k-1].Type == "function_call_output" {
+			out := contentText(req.Input[k-1].Output)
+			s.mu.Lock()
+			s.seen = append(s.seen, out)
+			s.mu.Unlock()
+			item = map[string]any{"type": "message", "role": "assistant", "id": fmt.Sprintf("msg_%d", id),
+				"content": []any{map[string]any{"type": "output_text", "text": "Tool said: " + out, "annotations": []any{}}}}
+		} else {
+			s.mu.Lock()
+			cmd := s.command
+			s.mu.Unlock()
+			var name string
+			var args map[string]any
+			switch {
+			case slices.Contains(names, "exec_command"):
+				name, args = "exec_command", map[string]any{"cmd": cmd}
+			case slices.Contains(names, "shell_command"):
+				name, args = "shell_command", map[string]any{"command": cmd}
+			case slices.Contains(names, "shell"):
+				name, args = "shell", map[string]any{"command": []string{"bash", "-lc", cmd}}
+			default:
+				t.Errorf("no shell tool among %v", names)
+				http.Error(w, "no shell tool", http.StatusBadRequest)
+				return
+			}
+			a, _ := json.Marshal(args)
+			item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d", id), "call_id": fmt.Sprintf("call_%d", id),
+				"name": name, "arguments": string(a)}
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(data map[string]any) {
+			b, _ := json.Marshal(data)
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", data["type"], b)
+		}
+		resp := map[string]any{"id": fmt.Sprintf("resp_%d", id), "object": "response", "status": "in_progress", "output": []any{}}
+		send(map[string]any{"type": "response.created", "response": resp})
+		send(map[string]any{"type": "response.output_item.added", "output_index": 0, "item": item})
+		send(map[string]any{"type": "response.output_item.done", "output_index": 0, "item": item})
+		done := map[string]any{"id": resp["id"], "object": "response", "status": "completed", "output": []any{item},
+			"usage": map[string]any{"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
+				"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}}
+		send(map[string]any{"type": "response.completed", "response": done})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestCodex(t *testing.T) {
+	codex := agentBin(t, "codex")
+	g := startGuardian(t)
+	s := &script{}
+	model := fakeResponses(t, s)
+	home := filepath.Join(t.TempDir(), "home")
+	project := filepath.Join(t.TempDir(), "project")
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".codex"), 0o700))
+	require.NoError(t, os.MkdirAll(project, 0o700))
+	config := fmt.Sprintf(`model = "gpt-5-codex"
+model_provider = "fake"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.fake]
+name = "fake"
+base_url = "%s/v1"
+wire_api = "responses"
+env_key = "FAKE_OPENAI_KEY"
+`, model.URL)
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".codex", "config.toml"), []byte(config), 0o600))
+	cmd := exec.Command(os.Getenv("VIGIL_BIN"), "hook", "install", "codex", "--user", "--guardian", g.URL)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	t.Logf("vigil hook install codex:\n%s", out)
+
+	runCases(t, g, s, project, func(t *testing.T) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// Codex runs only trusted hooks; a scripted run vouches for them on the command line.
+		cmd := exec.CommandContext(ctx, codex, "exec", "--dangerously-bypass-hook-trust", "--skip-git-repo-check", "run the command")
+		cmd.Dir = project
+		cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"), "FAKE_OPENAI_KEY=sk-fake", "NO_COLOR=1")
+		b, err := cmd.CombinedOutput()
+		t.Logf("codex: err=%v\n%s", err, b)
+		return string(b)
+	})
+}
