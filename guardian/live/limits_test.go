@@ -107,8 +107,9 @@ func TestStalledReplaysHoldOnePageEach(t *testing.T) {
 	}, "replays did not start")
 	held := int64(heapInUse()) - int64(base)
 	t.Logf("%d stalled replays hold %.1f MiB", clients, float64(held)/(1<<20))
-	// One page (replayPageBytes) and one frame per client, with room for the runtime.
-	require.Less(t, held, int64(clients*(replayPageBytes+2*size)+8<<20))
+	// One page (replayPageBytes) and one frame per client, with room for the runtime (and
+	// the race detector's own allocations); the unbounded replay held about 120 MiB here.
+	require.Less(t, held, int64(clients*(replayPageBytes+2*size)+16<<20))
 
 	pages, bytes := src.read()
 	for _, p := range pages {
