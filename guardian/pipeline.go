@@ -275,3 +275,22 @@ func (g *Guardian) buildModification(step *aos.Step, v Verdict) Verdict {
 	v.ModifiedRequest = mr
 	return v
 }
+
+// MayAct reports whether the guardian could decide anything but allow for a step like this
+// one, whatever its content (its text is not looked at): the session is paused or blocked,
+// or the policy has a rule that could deny, hold or modify it. A gateway streams a reply as
+// it arrives when this is false, and buffers it for a verdict when it is true.
+func (g *Guardian) MayAct(step *aos.Step, meta RequestMeta) bool {
+	if g.holds != nil {
+		if c := g.holds.Control(SessionFor(step, meta)); c == "paused" || c == "blocked" {
+			return true
+		}
+	}
+	switch p := g.policy.(type) {
+	case AllowAll:
+		return false
+	case interface{ MayAct(*aos.Step) bool }:
+		return p.MayAct(step)
+	}
+	return true // a policy that cannot tell might act
+}
