@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,12 +18,14 @@ import (
 // (testdata/, captured from agentscope-runtime 1.1.5): bare "data: <json>" lines, nulls
 // included, every event numbered by sequence_number.
 type fakeAgent struct {
-	t  *testing.T
+	t  testing.TB
 	mu sync.Mutex
 	// got are the request bodies received, in order.
 	got [][]byte
 	// auth are their Authorization headers.
 	auth []string
+	// think is how long the agent takes before it answers (a model's time), for benchmarks.
+	think time.Duration
 }
 
 func (f *fakeAgent) requests() [][]byte {
@@ -143,6 +146,9 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.got = append(f.got, body)
 	f.auth = append(f.auth, r.Header.Get("Authorization"))
 	f.mu.Unlock()
+	if f.think > 0 {
+		time.Sleep(f.think)
+	}
 	if err := json.Unmarshal(body, &req); err != nil || len(req.Input) == 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)

@@ -23,11 +23,12 @@ import (
 // stack is a client's view of Vigil in front of the fake agent: a real guardian over a real
 // SQLite file, the holds API, and the gateway, behind one HTTP server.
 type stack struct {
-	t     *testing.T
-	url   string
-	agent *fakeAgent
-	db    *storage.DB
-	holds *holds.Manager
+	t        testing.TB
+	url      string
+	agentURL string
+	agent    *fakeAgent
+	db       *storage.DB
+	holds    *holds.Manager
 }
 
 const testRules = `
@@ -59,7 +60,7 @@ rules:
     message: Reading /etc/passwd is not allowed.
 `
 
-func newStack(t *testing.T, ruleText string, cfg Config) *stack {
+func newStack(t testing.TB, ruleText string, cfg Config) *stack {
 	t.Helper()
 	ctx := context.Background()
 	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
@@ -88,7 +89,7 @@ func newStack(t *testing.T, ruleText string, cfg Config) *stack {
 	mux.Handle("/", g.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &stack{t: t, url: srv.URL, agent: agent, db: db, holds: hm}
+	return &stack{t: t, url: srv.URL, agentURL: up.URL, agent: agent, db: db, holds: hm}
 }
 
 func userRequest(text string, stream bool) string {
@@ -111,7 +112,7 @@ func (s *stack) post(ctx context.Context, body string, hdr ...string) *http.Resp
 }
 
 // events reads a whole SSE answer: each data line's JSON, and the comment lines seen.
-func events(t *testing.T, r io.Reader) (evs []map[string]any, comments int) {
+func events(t testing.TB, r io.Reader) (evs []map[string]any, comments int) {
 	t.Helper()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
@@ -143,7 +144,7 @@ func (s *stack) stream(body string, hdr ...string) []map[string]any {
 }
 
 // requireNumbered checks the sequence numbers run 0, 1, 2… without gaps.
-func requireNumbered(t *testing.T, evs []map[string]any) {
+func requireNumbered(t testing.TB, evs []map[string]any) {
 	t.Helper()
 	for i, e := range evs {
 		require.EqualValues(t, i, e["sequence_number"], "event %d: %v", i, e)
