@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway/agentapi"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 )
 
@@ -65,6 +66,10 @@ type Config struct {
 	PublicURL string
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
+	// AgentAPI are the Agent API upstreams served at /agentapi/NAME/ (NAME=URL each);
+	// AgentAPIApprovals says who answers their MCP approval requests: vigil or client.
+	AgentAPI          []string
+	AgentAPIApprovals string
 	// HTTP timeouts (0: none) and connection bounds (MaxConns 0: from the open-file limit).
 	ReadTimeout   time.Duration
 	WriteTimeout  time.Duration
@@ -174,6 +179,19 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 		cfg.TrustedProxies = p
 		return err
 	})
+	fset.Func("agentapi", "Agent API upstream NAME=URL served at /agentapi/NAME/process (repeatable; VIGIL_AGENTAPI: comma-separated)", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u == "" {
+				continue
+			}
+			if _, _, err := agentapi.ParseUpstream(u); err != nil {
+				return err
+			}
+			cfg.AgentAPI = append(cfg.AgentAPI, u)
+		}
+		return nil
+	})
+	fset.StringVar(&cfg.AgentAPIApprovals, "agentapi-approvals", agentapi.ApprovalsVigil, "who answers an Agent API upstream's MCP approval requests: vigil (rules and holds decide) or client (what Vigil allows goes to the client with Vigil's verdict)")
 	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included")
 	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top)")
 	fset.DurationVar(&cfg.IdleTimeout, "idle-timeout", time.Minute, "close a keep-alive connection idle this long")
@@ -227,6 +245,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	case "allow", "deny":
 	default:
 		return cfg, fmt.Errorf("-on-rule-error: must be allow or deny, got %q", cfg.OnRuleError)
+	}
+	if cfg.AgentAPIApprovals != agentapi.ApprovalsVigil && cfg.AgentAPIApprovals != agentapi.ApprovalsClient {
+		return cfg, fmt.Errorf("-agentapi-approvals: must be vigil or client, got %q", cfg.AgentAPIApprovals)
 	}
 	if cfg.RuleBudget < 0 {
 		return cfg, fmt.Errorf("-rule-budget: must not be negative, got %s", cfg.RuleBudget)

@@ -238,7 +238,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-limitDone })
 
-	g, err := guardian.New(guardian.Config{
+	var g *guardian.Guardian
+	gateways, err := agentAPIRoutes(cfg, az, &g, log)
+	if err != nil {
+		return fail(err)
+	}
+	g, err = guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		PublicURL:    cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url),
@@ -255,13 +260,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Publisher: hub,
 		Holds:     guardian.ManagerHolds{M: hm},
 		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
-		Mount: []func(*http.ServeMux){
+		Mount: append([]func(*http.ServeMux){
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
 			hm.Register,
 			rs.Register,
 			az.Register,
 			compare.New(db, log).Register,
-		},
+		}, gateways...),
 		CheckAgent: auth.CheckAgent,
 		KeyOf:      auth.KeyOf,
 	})

@@ -138,3 +138,11 @@ func modifiedParams(step *aos.Step, m *rules.Modification) (json.RawMessage, err
 	}
 	return req.Params, nil
 }
+
+// MayAct reports whether an enforced rule (or a default decision other than allow) could
+// decide anything but allow for a step like this one, judging only what the step is and
+// who sent it, not its content (see rules.Program.MayAct).
+func (p *RulesPolicy) MayAct(step *aos.Step) bool {
+	prog := p.Engine.Program()
+	return prog.MayAct(ruleenv.BuildFor(prog, step, ruleenv.History{}, time.Now()))
+}

@@ -653,3 +653,32 @@ func display(v any) string {
 	}
 	return toText(v)
 }
+
+// identityGuards are the guard fields that say what a step is and who sent it, known before
+// its content: MayAct decides on them alone.
+var identityGuards = map[string]bool{"method": true, "kind": true, "role": true,
+	"agent.id": true, "agent.name": true, "user.id": true, "mcp.method": true, "a2a.method": true}
+
+// MayAct reports whether the program could decide anything but allow for a step like e,
+// whatever its content: the default decision is not allow, or an enforced deny, hold or
+// modify rule has no leading test on the step's identity (method, kind, role, agent, user)
+// that e fails. A gateway streams a reply as it arrives when this is false, and buffers it
+// for a verdict when it is true.
+func (p *Program) MayAct(e *Env) bool {
+	if d := p.opts.DefaultDecision; d != "" && d != ActionAllow {
+		return true
+	}
+rules:
+	for _, r := range p.active {
+		if r.mode != ModeEnforce || r.Action == ActionAllow {
+			continue
+		}
+		for _, g := range r.guards {
+			if g.test == nil && identityGuards[g.name] && !g.pass(e) {
+				continue rules
+			}
+		}
+		return true
+	}
+	return false
+}

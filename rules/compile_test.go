@@ -201,3 +201,29 @@ func TestUsesParamsToolDefAndInputs(t *testing.T) {
 		require.Equal(t, tc.r.Mode == ModeOff, p.Empty())
 	}
 }
+
+func TestMayAct(t *testing.T) {
+	tests := []struct {
+		name  string
+		rules []Rule
+		def   Action
+		want  bool
+	}{
+		{"no rules", nil, "", false},
+		{"default deny", nil, ActionDeny, true},
+		{"allow rule only", []Rule{{ID: "a", When: `true`, Action: ActionAllow, Enabled: true}}, "", false},
+		{"monitor deny", []Rule{{ID: "a", When: `true`, Action: ActionDeny, Mode: ModeMonitor, Enabled: true}}, "", false},
+		{"tool rule", []Rule{{ID: "a", When: `method == "steps/toolCallRequest" && tool == "rm"`, Action: ActionDeny, Enabled: true}}, "", false},
+		{"user messages only", []Rule{{ID: "a", When: `method == "steps/message" && role == "user" && text contains "x"`, Action: ActionDeny, Enabled: true}}, "", false},
+		{"agent message redaction", []Rule{{ID: "a", When: `method == "steps/message" && text contains "x"`, Action: ActionModify, Enabled: true,
+			Modify: &ModifySpec{Redact: []string{"x"}}}}, "", true},
+		{"text rule", []Rule{{ID: "a", When: `text contains "secret"`, Action: ActionHold, Enabled: true}}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := NewEngine(Options{DefaultDecision: tt.def})
+			require.NoError(t, e.Load(tt.rules))
+			require.Equal(t, tt.want, e.Program().MayAct(&Env{Method: "steps/message", Kind: "message", Role: "agent"}))
+		})
+	}
+}

@@ -1,0 +1,919 @@
+package agentapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/aos"
+)
+
+// turn is one /process request on its way through the gateway.
+type turn struct {
+	gw   *Gateway
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	r    *http.Request
+	ctx  context.Context
+	req  *request
+	meta guardian.RequestMeta
+	st   stepper
+
+	// streaming: the client asked for SSE; started: its headers are written.
+	streaming, started bool
+	werr               error
+	// seq numbers the events the client gets, in order and without gaps, whatever the
+	// gateway held back or added.
+	seq int64
+	// responseID and sessionID are the first upstream response's, kept across approval
+	// rounds so the client sees one response.
+	responseID string
+	round      int
+	msgs       map[string]*held
+	heldBytes  int
+	// replace maps an output item's id to what the client gets instead (nil: nothing).
+	replace map[string][]byte
+	// added are messages the gateway put in the output (notices).
+	added []json.RawMessage
+	// approvals are Vigil's answers to mcp_approval_requests, sent upstream after the
+	// response that asked.
+	approvals []json.RawMessage
+	mayAct    map[string]bool
+}
+
+// held is a message the gateway is watching: its events are held back when it must be
+// judged before the client sees it.
+type held struct {
+	typ, role string
+	buffer    bool
+	events    [][]byte
+}
+
+func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request, received time.Time) (*turn, error) {
+	t := &turn{gw: gw, w: w, rc: http.NewResponseController(w), r: r, ctx: r.Context(), req: req,
+		streaming: req.stream, msgs: map[string]*held{}, replace: map[string][]byte{}, mayAct: map[string]bool{}}
+	t.meta = guardian.RequestMeta{Protocol: guardian.ProtocolAgentAPI, Upstream: gw.cfg.Name, ReceivedAt: received,
+		RemoteAddr: r.RemoteAddr}
+	agentID := "agentapi:" + gw.cfg.Name
+	if gw.keyOf != nil {
+		if id, scope, ok := gw.keyOf(r.Context()); ok {
+			t.meta.KeyID, t.meta.KeyAgent = id, scope
+			if scope != "" {
+				agentID = scope // the key says which agent this is
+			}
+		}
+	}
+	turnID := newID("turn_")
+	session := req.sessionID
+	if session == "" {
+		// Without a session id the turn is a session of its own.
+		session = turnID
+	}
+	t.st = stepper{session: "agentapi:" + gw.cfg.Name + ":" + session, agentID: agentID, agentName: gw.cfg.Name,
+		user: req.userID, turnID: turnID, now: gw.now}
+	if reason := aos.CheckID(t.st.session); reason != "" {
+		return nil, &fieldError{"session_id", reason}
+	}
+	if reason := aos.CheckID(req.userID); reason != "" {
+		return nil, &fieldError{"user_id", reason}
+	}
+	return t, nil
+}
+
+// run judges the input, calls the upstream and relays its answer.
+func (t *turn) run() {
+	body, rejected, ok := t.judgeInput()
+	if !ok || rejected {
+		return
+	}
+	resp, ok := t.post(body)
+	if !ok {
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.relayStream(resp)
+		return
+	}
+	t.relayJSON(resp)
+}
+
+// fail ends the turn with the protocol's error: an HTTP error before anything was sent, a
+// failed response event after.
+func (t *turn) fail(status int, code, msg string) {
+	if !t.started {
+		writeJSON(t.w, status, errorBody(code, msg, t.req.sessionID, t.gw.now()))
+		return
+	}
+	r := responseObject{Object: "response", Status: statusFailed, Error: &apiError{Code: code, Message: msg},
+		ID: t.responseID, CreatedAt: t.gw.now().Unix()}
+	if r.ID == "" {
+		r.ID = newID("response_")
+	}
+	if t.req.sessionID != "" {
+		r.SessionID = &t.req.sessionID
+	}
+	t.emitNew(&r.Seq, &r)
+}
+
+// internal ends the turn after a guardian failure: fail closed.
+func (t *turn) internal(err error) {
+	var refused *aos.Error
+	if errors.As(err, &refused) {
+		t.gw.log.Warn("step refused", "session", t.st.session, "message", refused.Message)
+		t.fail(http.StatusForbidden, codeForbidden, refused.Message)
+		return
+	}
+	t.gw.log.Error("decide step", "session", t.st.session, "err", err)
+	t.fail(http.StatusServiceUnavailable, codeGuardian, "guardian unavailable: the step could not be decided or recorded")
+}
+
+// start writes the SSE headers once.
+func (t *turn) start(from http.Header) {
+	if t.started {
+		return
+	}
+	t.started = true
+	h := t.w.Header()
+	if from != nil {
+		copyResponseHeaders(h, from)
+	} else {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+	}
+	t.w.WriteHeader(http.StatusOK)
+}
+
+// write sends bytes to the client and flushes them: events are forwarded as they come.
+func (t *turn) write(b []byte) {
+	if t.werr != nil {
+		return
+	}
+	if _, err := t.w.Write(b); err != nil {
+		t.werr = err
+		return
+	}
+	if err := t.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		t.werr = err
+	}
+}
+
+// emit sends one event, numbered.
+func (t *turn) emit(ev []byte, h *head) {
+	if len(h.Seq) > 0 && !isNull(h.Seq) {
+		ev = setSeq(ev, h, t.seq)
+		t.seq++
+	}
+	t.write(append(append([]byte("data: "), ev...), '\n', '\n'))
+}
+
+// emitNew sends an event the gateway made, numbered through seq.
+func (t *turn) emitNew(seq **int64, v any) {
+	n := t.seq
+	t.seq++
+	*seq = &n
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.werr = err
+		return
+	}
+	t.write(append(append([]byte("data: "), b...), '\n', '\n'))
+}
+
+// decide runs the pipeline for a step, keeping a started stream alive while a hold waits
+// (and starting it if the wait is long: the client would otherwise see nothing).
+func (t *turn) decide(step *aos.Step, enforceable bool) (guardian.Verdict, error) {
+	meta := t.meta
+	if !enforceable {
+		meta.Enforceable = new(bool)
+	}
+	if !t.streaming {
+		v, _, err := t.gw.dec.DecideStep(t.ctx, step, meta)
+		return v, err
+	}
+	type result struct {
+		v   guardian.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, _, err := t.gw.dec.DecideStep(t.ctx, step, meta)
+		done <- result{v, err}
+	}()
+	tick := time.NewTicker(t.gw.cfg.KeepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-done:
+			return res.v, res.err
+		case <-tick.C:
+			t.start(nil)
+			t.write([]byte(": keep-alive\n\n"))
+		}
+	}
+}
+
+// judgeInput decides the client's messages before the agent sees them. It returns the body
+// to send upstream; rejected when a message was denied (the client has its answer).
+func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
+	changed := false
+	input := append([]json.RawMessage(nil), t.req.input...)
+	for i := range t.req.items {
+		m := &t.req.items[i]
+		var (
+			step *aos.Step
+			err  error
+		)
+		switch {
+		case m.Type == typeMessage && m.Role == "user":
+			step, err = t.st.messageStep(m, "user")
+		case m.Type == typeFunctionCallOutput:
+			d, _ := callOf(m)
+			step, err = t.st.outputStep(d)
+		default:
+			continue
+		}
+		if err != nil {
+			t.internal(err)
+			return nil, false, false
+		}
+		v, err := t.decide(step, true)
+		if err != nil {
+			t.internal(err)
+			return nil, false, false
+		}
+		if t.werr != nil {
+			return nil, false, false
+		}
+		var nb []byte
+		switch {
+		case v.Decision == string(aos.Deny) && m.Type == typeMessage:
+			t.reject(v)
+			return nil, true, true
+		case v.Decision == string(aos.Deny):
+			_, idx := callOf(m)
+			if idx >= 0 {
+				nb, err = rewriteCall(input[i], m, idx, "output", notice(v))
+			}
+		case v.Decision == string(aos.Modify) && m.Type == typeMessage:
+			var texts []*string
+			if texts, err = modifiedTexts(v.ModifiedParams); err == nil {
+				nb, err = rewriteMessage(input[i], m, texts)
+			}
+		case v.Decision == string(aos.Modify):
+			var out string
+			_, idx := callOf(m)
+			if out, err = modifiedOutput(v.ModifiedParams); err == nil && idx >= 0 {
+				nb, err = rewriteCall(input[i], m, idx, "output", out)
+			}
+		}
+		if err != nil {
+			t.internal(err)
+			return nil, false, false
+		}
+		if nb != nil {
+			input[i], changed = nb, true
+		}
+	}
+	if !changed {
+		return t.req.raw, false, true
+	}
+	in, err := json.Marshal(input)
+	if err == nil {
+		body, err = setKey(t.req.raw, "input", in)
+	}
+	if err != nil {
+		t.internal(err)
+		return nil, false, false
+	}
+	return body, false, true
+}
+
+// reject answers a denied input without calling the upstream: the response completes with
+// status rejected and an assistant message carrying the guardian's message.
+func (t *turn) reject(v guardian.Verdict) {
+	now := t.gw.now().Unix()
+	msgText := v.Message
+	if msgText == "" {
+		msgText = "Denied by policy."
+	}
+	msgID := newID("msg_")
+	part := textContent{Object: "content", Type: "text", MsgID: msgID, Text: msgText}
+	pb, _ := json.Marshal(part)
+	final := messageObject{Object: "message", Status: statusCompleted, ID: msgID, Type: typeMessage, Role: "assistant",
+		Content: []json.RawMessage{pb}}
+	fb, _ := json.Marshal(final)
+	resp := responseObject{Object: "response", Status: statusRejected, ID: newID("response_"), CreatedAt: now,
+		CompletedAt: &now, Output: json.RawMessage("[" + string(fb) + "]")}
+	if t.req.sessionID != "" {
+		resp.SessionID = &t.req.sessionID
+	}
+	if !t.streaming {
+		b, _ := json.Marshal(resp)
+		writeJSON(t.w, http.StatusOK, b)
+		return
+	}
+	t.start(nil)
+	start := resp
+	start.Status, start.CompletedAt, start.Output = statusCreated, nil, nil
+	t.emitNew(&start.Seq, &start)
+	start.Status = statusInProgress
+	t.emitNew(&start.Seq, &start)
+	t.emitMessage(final)
+	t.emitNew(&resp.Seq, &resp)
+}
+
+// emitMessage sends a message the gateway made: its start, its content, its completion.
+func (t *turn) emitMessage(m messageObject) {
+	startMsg := m
+	startMsg.Status, startMsg.Content = statusInProgress, nil
+	t.emitNew(&startMsg.Seq, &startMsg)
+	for i, raw := range m.Content {
+		var c map[string]json.RawMessage
+		if json.Unmarshal(raw, &c) != nil {
+			continue
+		}
+		ev := raw
+		for _, kv := range []struct{ k, v string }{{"object", `"content"`}, {"status", `"completed"`},
+			{"index", fmt.Sprint(i)}, {"delta", "false"}} {
+			ev, _ = setKey(ev, kv.k, []byte(kv.v))
+		}
+		id, _ := json.Marshal(m.ID)
+		ev, _ = setKey(ev, "msg_id", id)
+		n := t.seq
+		t.seq++
+		ev, _ = setKey(ev, "sequence_number", fmt.Append(nil, n))
+		t.write(append(append([]byte("data: "), ev...), '\n', '\n'))
+	}
+	t.emitNew(&m.Seq, &m)
+}
+
+// post sends a body to the upstream's /process. A failure before an answer is a 502.
+func (t *turn) post(body []byte) (*http.Response, bool) {
+	req, err := http.NewRequestWithContext(t.ctx, http.MethodPost, t.gw.endpoint("/process"), bytes.NewReader(body))
+	if err != nil {
+		t.internal(err)
+		return nil, false
+	}
+	copyRequestHeaders(req.Header, t.r.Header)
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := t.gw.client.Do(req)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.gw.log.Warn("upstream unreachable", "err", err)
+			t.fail(http.StatusBadGateway, codeUpstream, t.gw.unreachable(err))
+		}
+		return nil, false
+	}
+	if resp.StatusCode/100 != 2 {
+		// The upstream's own refusal, passed on as it is.
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, t.gw.cfg.MaxResponseBytes))
+		if t.started {
+			t.fail(resp.StatusCode, codeUpstream, fmt.Sprintf("upstream answered %d: %s", resp.StatusCode, bytes.TrimSpace(b)))
+			return nil, false
+		}
+		copyResponseHeaders(t.w.Header(), resp.Header)
+		t.w.WriteHeader(resp.StatusCode)
+		_, _ = t.w.Write(b)
+		return nil, false
+	}
+	return resp, true
+}
+
+// followUp is the request answering the upstream's approval requests for the client: the
+// original request's settings with the approval responses as input.
+func (t *turn) followUp(stream bool) []byte {
+	top := make(map[string]json.RawMessage, len(t.req.top))
+	for k, v := range t.req.top {
+		top[k] = v
+	}
+	top["input"], _ = json.Marshal(t.approvals)
+	top["stream"], _ = json.Marshal(stream)
+	t.approvals = nil
+	b, _ := json.Marshal(top)
+	return b
+}
+
+// approvalResponse is the mcp_approval_response answering request id.
+func approvalResponse(id string, approve bool, reason string) json.RawMessage {
+	data := map[string]any{"approval_request_id": id, "approve": approve, "id": nil, "reason": nil}
+	if reason != "" {
+		data["reason"] = reason
+	}
+	b, _ := json.Marshal(map[string]any{"object": "message", "status": statusCreated, "id": newID("msg_"),
+		"type": typeMCPApprovalResponse, "role": "user",
+		"content": []any{map[string]any{"object": "content", "type": "data", "delta": false, "data": data}}})
+	return b
+}
+
+// classify says how a message type is judged: which step, whether the gateway can stop it.
+func (t *turn) classify(typ, role string) (kind string, enforceable bool) {
+	switch {
+	case typ == typeMessage && (role == "assistant" || role == ""):
+		return "message", true
+	case typ == typeFunctionCall:
+		return "call", true
+	case typ == typeMCPApprovalRequest:
+		return "approval", true
+	case typ == typePluginCall || typ == typeMCPCall || typ == typeComponentCall:
+		// The upstream runs these itself without asking: Vigil can only record them.
+		return "call", false
+	case strings.HasSuffix(typ, "_output"):
+		return "output", true
+	}
+	return "", false
+}
+
+// buffers says whether a message of this type must be held until complete: when the
+// gateway can apply a verdict on it and the guardian could decide anything but allow.
+func (t *turn) buffers(typ, role string) bool {
+	kind, enforceable := t.classify(typ, role)
+	if kind == "" || !enforceable {
+		return false
+	}
+	if kind == "approval" && t.gw.cfg.Approvals == ApprovalsVigil {
+		return true // the client never sees it
+	}
+	if v, ok := t.mayAct[kind]; ok {
+		return v
+	}
+	probe := t.st // a copy: probing does not count a step
+	var step *aos.Step
+	var err error
+	switch kind {
+	case "message":
+		step, err = probe.messageStep(&message{}, "agent")
+	case "call", "approval":
+		step, err = probe.callStep(callData{Name: "probe"})
+	case "output":
+		step, err = probe.outputStep(callData{})
+	}
+	v := err != nil || t.gw.dec.MayAct(step, t.meta)
+	t.mayAct[kind] = v
+	return v
+}
+
+// judged is what the client gets for a complete output message.
+type judged struct {
+	// out is the message to deliver: raw unchanged, rewritten, or nil (withheld).
+	out []byte
+	// notice replaces a withheld message, when the client should hear why.
+	notice *messageObject
+}
+
+// judge decides one complete message (an output item, or a completed message event) and
+// returns what the client gets.
+func (t *turn) judge(raw []byte) (judged, error) {
+	var m message
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return judged{out: raw}, nil
+	}
+	kind, enforceable := t.classify(m.Type, m.Role)
+	var (
+		step *aos.Step
+		err  error
+	)
+	d, idx := callOf(&m)
+	switch kind {
+	case "message":
+		step, err = t.st.messageStep(&m, "agent")
+	case "call", "approval":
+		step, err = t.st.callStep(d)
+	case "output":
+		step, err = t.st.outputStep(d)
+	default:
+		return judged{out: raw}, nil
+	}
+	if err != nil {
+		return judged{}, err
+	}
+	v, err := t.decide(step, enforceable)
+	if err != nil {
+		return judged{}, err
+	}
+	if !enforceable {
+		return judged{out: raw}, nil
+	}
+	deny, modify := v.Decision == string(aos.Deny), v.Decision == string(aos.Modify)
+	switch kind {
+	case "message":
+		if deny {
+			out, err := withNotice(raw, m.ID, notice(v))
+			return judged{out: out}, err
+		}
+		if modify {
+			texts, err := modifiedTexts(v.ModifiedParams)
+			if err != nil {
+				return judged{}, err
+			}
+			out, err := rewriteMessage(raw, &m, texts)
+			return judged{out: out}, err
+		}
+	case "call":
+		if deny {
+			// The client never gets a call it must not run; it hears why instead.
+			text := "Vigil stopped a call of " + d.Name + ": " + strings.TrimPrefix(notice(v), "Withheld by Vigil: ")
+			pb, _ := json.Marshal(textContent{Object: "content", Type: "text", MsgID: "", Text: text})
+			n := &messageObject{Object: "message", Status: statusCompleted, ID: newID("msg_"), Type: typeMessage,
+				Role: "assistant", Content: []json.RawMessage{pb}}
+			return judged{notice: n}, nil
+		}
+		if modify && idx >= 0 {
+			_, wasObject := arguments(d.Arguments)
+			args, err := modifiedArguments(v.ModifiedParams, wasObject)
+			if err != nil {
+				return judged{}, err
+			}
+			out, err := rewriteCall(raw, &m, idx, "arguments", args)
+			return judged{out: out}, err
+		}
+	case "output":
+		if deny && idx >= 0 {
+			out, err := rewriteCall(raw, &m, idx, "output", notice(v))
+			return judged{out: out}, err
+		}
+		if modify && idx >= 0 {
+			o, err := modifiedOutput(v.ModifiedParams)
+			if err != nil {
+				return judged{}, err
+			}
+			out, err := rewriteCall(raw, &m, idx, "output", o)
+			return judged{out: out}, err
+		}
+	case "approval":
+		id := d.ID
+		if modify {
+			// An approval cannot change the call's arguments: fail closed.
+			deny = true
+			v.Message = "Vigil would change the call's arguments, which an approval cannot do."
+		}
+		if t.gw.cfg.Approvals == ApprovalsVigil || deny {
+			reason := ""
+			if deny {
+				reason = v.Message
+				if reason == "" {
+					reason = "Denied by policy."
+				}
+			}
+			t.approvals = append(t.approvals, approvalResponse(id, !deny, reason))
+			return judged{}, nil
+		}
+		meta, _ := json.Marshal(map[string]any{"vigil": map[string]any{"decision": v.Decision, "message": v.Message, "ruleId": v.RuleID}})
+		out, err := setKey(raw, "metadata", meta)
+		return judged{out: out}, err
+	}
+	return judged{out: raw}, nil
+}
+
+// relayStream relays the upstream's SSE stream, holding back what must be judged first,
+// then answers any approval requests upstream and relays the continuation as part of the
+// same response.
+func (t *turn) relayStream(resp *http.Response) {
+	t.start(resp.Header)
+	final, fh, ok := t.readStream(resp.Body)
+	resp.Body.Close()
+	if !ok {
+		return
+	}
+	if final == nil {
+		return // the upstream ended without a final response: so does the client's stream
+	}
+	output := t.rewriteOutput(final)
+	for fh.Status == statusCompleted && len(t.approvals) > 0 && t.round < t.gw.cfg.MaxRounds {
+		t.round++
+		next, ok := t.post(t.followUp(true))
+		if !ok {
+			return
+		}
+		final, fh, ok = t.readStream(next.Body)
+		next.Body.Close()
+		if !ok {
+			return
+		}
+		if final == nil {
+			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream ended its answer to an approval without a response")
+			return
+		}
+		output = append(output, t.rewriteOutput(final)...)
+	}
+	t.emitFinal(final, &fh, output)
+}
+
+// emitFinal sends the final response event with the output the client was given.
+func (t *turn) emitFinal(final []byte, fh *head, output []json.RawMessage) {
+	var err error
+	if t.round > 0 && t.responseID != "" {
+		id, _ := json.Marshal(t.responseID)
+		final, err = setKey(final, "id", id)
+	}
+	if err == nil && output != nil {
+		var ob []byte
+		ob, err = json.Marshal(output)
+		if err == nil {
+			final, err = setKey(final, "output", ob)
+		}
+	}
+	if err != nil {
+		t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's final response could not be read")
+		return
+	}
+	t.emit(final, fh)
+}
+
+// rewriteOutput applies the turn's verdicts to a final response's output list; nil when the
+// response has none.
+func (t *turn) rewriteOutput(final []byte) []json.RawMessage {
+	var r struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if json.Unmarshal(final, &r) != nil {
+		return nil
+	}
+	out := make([]json.RawMessage, 0, len(r.Output)+len(t.added))
+	for _, item := range r.Output {
+		var h head
+		_ = json.Unmarshal(item, &h)
+		if rep, ok := t.replace[h.ID]; ok {
+			if rep != nil {
+				out = append(out, rep)
+			}
+			continue
+		}
+		out = append(out, item)
+	}
+	out = append(out, t.added...)
+	t.added = nil
+	if r.Output == nil && len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// readStream relays events until the final response event, which it returns unsent.
+func (t *turn) readStream(body io.Reader) (final []byte, fh head, ok bool) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), t.gw.cfg.MaxEventBytes)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0:
+			if data == nil {
+				continue
+			}
+			ev := data
+			data = nil
+			final, fh, done, err := t.event(ev)
+			if err != nil {
+				t.internal(err)
+				return nil, head{}, false
+			}
+			if t.werr != nil {
+				return nil, head{}, false
+			}
+			if done {
+				return final, fh, true
+			}
+		case line[0] == ':':
+			// The upstream's own comments (keep-alives) pass on.
+			t.write(append(append([]byte(nil), line...), '\n', '\n'))
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := bytes.TrimPrefix(line[5:], []byte(" "))
+			if data == nil {
+				data = append([]byte(nil), v...)
+			} else {
+				data = append(append(data, '\n'), v...)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if t.ctx.Err() == nil {
+			t.gw.log.Warn("upstream stream", "err", err)
+			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's stream broke off: "+err.Error())
+		}
+		return nil, head{}, false
+	}
+	if data != nil {
+		if final, fh, done, err := t.event(data); err == nil && done {
+			return final, fh, true
+		}
+	}
+	return nil, head{}, true
+}
+
+// event routes one upstream event. done reports the final response event, returned unsent.
+func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
+	if json.Unmarshal(ev, &h) != nil {
+		t.write(append(append([]byte("data: "), ev...), '\n', '\n'))
+		return nil, h, false, nil
+	}
+	switch h.Object {
+	case "response":
+		switch h.Status {
+		case statusCreated, statusInProgress:
+			if t.round > 0 {
+				return nil, h, false, nil // the client's response is already under way
+			}
+			if t.responseID == "" {
+				t.responseID = h.ID
+			}
+			t.emit(ev, &h)
+			return nil, h, false, nil
+		}
+		return ev, h, true, nil
+	case "message":
+		m := t.msgs[h.ID]
+		if m == nil {
+			m = &held{typ: h.Type, role: h.Role}
+			m.buffer = t.buffers(h.Type, h.Role)
+			t.msgs[h.ID] = m
+		}
+		if h.Status != statusCompleted {
+			if m.buffer {
+				return nil, h, false, t.hold(m, ev)
+			}
+			t.emit(ev, &h)
+			return nil, h, false, nil
+		}
+		delete(t.msgs, h.ID)
+		return nil, h, false, t.finish(m, ev, &h)
+	case "content":
+		if m := t.msgs[h.MsgID]; m != nil && m.buffer {
+			return nil, h, false, t.hold(m, ev)
+		}
+	}
+	t.emit(ev, &h)
+	return nil, h, false, nil
+}
+
+var errTooLarge = errors.New("agentapi: a message held for its verdict exceeds the limit")
+
+func (t *turn) hold(m *held, ev []byte) error {
+	t.heldBytes += len(ev)
+	if t.heldBytes > t.gw.cfg.MaxEventBytes {
+		return errTooLarge
+	}
+	m.events = append(m.events, ev)
+	return nil
+}
+
+// finish judges a completed message and sends the client what the verdict allows.
+func (t *turn) finish(m *held, ev []byte, h *head) error {
+	for _, e := range m.events {
+		t.heldBytes -= len(e)
+	}
+	if !m.buffer && m.typ != typeMCPApprovalRequest {
+		// Streamed already (nothing could stop it, or nothing would): judged for the record.
+		t.emit(ev, h)
+		_, err := t.judge(ev)
+		return err
+	}
+	j, err := t.judge(ev)
+	if err != nil {
+		return err
+	}
+	switch {
+	case j.out == nil:
+		t.replace[h.ID] = nil
+		if j.notice != nil {
+			t.emitMessage(*j.notice)
+			b, _ := json.Marshal(j.notice)
+			b, _ = setKey(b, "sequence_number", []byte("null"))
+			t.added = append(t.added, b)
+		}
+	case bytes.Equal(j.out, ev):
+		for _, e := range m.events {
+			var eh head
+			_ = json.Unmarshal(e, &eh)
+			t.emit(e, &eh)
+		}
+		t.emit(ev, h)
+	case !m.buffer:
+		// Its start and content went out as they came; only its completion carries more.
+		t.emit(j.out, h)
+		item, _ := setKey(j.out, "sequence_number", []byte("null"))
+		t.replace[h.ID] = item
+	default:
+		// Changed: the message's start, its new content whole, its completion.
+		if len(m.events) > 0 {
+			var eh head
+			_ = json.Unmarshal(m.events[0], &eh)
+			if eh.Object == "message" {
+				t.emit(m.events[0], &eh)
+			}
+		}
+		var nm message
+		_ = json.Unmarshal(j.out, &nm)
+		for i, c := range nm.Content {
+			ce := c
+			for _, kv := range []struct{ k, v string }{{"object", `"content"`}, {"status", `"completed"`},
+				{"index", fmt.Sprint(i)}, {"delta", "false"}} {
+				ce, _ = setKey(ce, kv.k, []byte(kv.v))
+			}
+			id, _ := json.Marshal(h.ID)
+			ce, _ = setKey(ce, "msg_id", id)
+			n := t.seq
+			t.seq++
+			ce, _ = setKey(ce, "sequence_number", fmt.Append(nil, n))
+			t.write(append(append([]byte("data: "), ce...), '\n', '\n'))
+		}
+		t.emit(j.out, h)
+		item, _ := setKey(j.out, "sequence_number", []byte("null"))
+		t.replace[h.ID] = item
+	}
+	return nil
+}
+
+// relayJSON relays a non-streamed response, its output judged item by item.
+func (t *turn) relayJSON(resp *http.Response) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, t.gw.cfg.MaxResponseBytes+1))
+	resp.Body.Close()
+	if err != nil || int64(len(b)) > t.gw.cfg.MaxResponseBytes {
+		t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's answer could not be read whole")
+		return
+	}
+	var h head
+	if json.Unmarshal(b, &h) != nil || h.Object != "response" {
+		// Not a response (an application error): passed on as it is.
+		copyResponseHeaders(t.w.Header(), resp.Header)
+		t.w.WriteHeader(resp.StatusCode)
+		_, _ = t.w.Write(b)
+		return
+	}
+	t.responseID = h.ID
+	output, ok := t.judgeOutput(b)
+	if !ok {
+		return
+	}
+	final := b
+	for h.Status == statusCompleted && len(t.approvals) > 0 && t.round < t.gw.cfg.MaxRounds {
+		t.round++
+		next, ok := t.post(t.followUp(false))
+		if !ok {
+			return
+		}
+		nb, err := io.ReadAll(io.LimitReader(next.Body, t.gw.cfg.MaxResponseBytes+1))
+		next.Body.Close()
+		if err != nil || int64(len(nb)) > t.gw.cfg.MaxResponseBytes || json.Unmarshal(nb, &h) != nil {
+			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's answer to an approval could not be read")
+			return
+		}
+		more, ok := t.judgeOutput(nb)
+		if !ok {
+			return
+		}
+		output = append(output, more...)
+		final = nb
+	}
+	if t.round > 0 {
+		id, _ := json.Marshal(t.responseID)
+		final, _ = setKey(final, "id", id)
+	}
+	if output != nil {
+		ob, _ := json.Marshal(output)
+		final, _ = setKey(final, "output", ob)
+	}
+	copyResponseHeaders(t.w.Header(), resp.Header)
+	t.w.WriteHeader(resp.StatusCode)
+	_, _ = t.w.Write(final)
+}
+
+// judgeOutput judges each item of a non-streamed response's output.
+func (t *turn) judgeOutput(b []byte) ([]json.RawMessage, bool) {
+	var r struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's response could not be read")
+		return nil, false
+	}
+	if r.Output == nil {
+		return nil, true
+	}
+	out := make([]json.RawMessage, 0, len(r.Output))
+	for _, item := range r.Output {
+		j, err := t.judge(item)
+		if err != nil {
+			t.internal(err)
+			return nil, false
+		}
+		switch {
+		case j.out != nil:
+			out = append(out, j.out)
+		case j.notice != nil:
+			nb, _ := json.Marshal(j.notice)
+			out = append(out, nb)
+		}
+	}
+	return out, true
+}
