@@ -96,6 +96,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "" && len(args) > 0 && isHelp(args[0]) {
+		cmd = "help" // the commands, not the desktop window's flags
+	}
 	switch cmd {
 	case "":
 		return runDesktop(args, stdout, stderr)
@@ -113,10 +116,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runUsers(args, stdout, stderr)
 	case "hook":
 		return runHook(args, os.Stdin, stdout, stderr)
+	case "completion":
+		return runCompletion(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "vigil %s\n", version)
 		return 0
-	case "help", "-h", "--help":
+	case "help":
 		usage(stdout)
 		return 0
 	default:
@@ -142,10 +147,26 @@ Usage:
                                 add Vigil's hook to the agent's settings
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
+  vigil completion bash|zsh|fish  shell completion script (see the README)
   vigil version                 print the version
+  vigil help                    this text (also -h, --help)
 
-Run 'vigil serve -h' for the flags. Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_ADDR).
+Run 'vigil COMMAND -h' for a command's flags ('vigil serve -h' for the guardian's; the
+desktop window takes the same). Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_ADDR).
+
+Exit codes: 0 success, 1 failure (a rule test failed, the server could not start or
+stopped with an error), 2 bad usage (unknown command or flag). 'vigil hook' exits as the
+coding agent expects (see the README).
 `)
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 // parseConfig reads flags, with VIGIL_* environment variables as defaults.

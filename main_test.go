@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +139,21 @@ tests:
 		{"check error has a position", []string{"rules", "check", bad}, 1, "", "bad.yaml:3:"},
 		{"test reports failures", []string{"rules", "test", good}, 1, "1 passed, 1 failed", ""},
 		{"rules usage", []string{"rules"}, 2, "", "usage"},
+		// Help lists the commands, however it is asked for, and every command has its own.
+		{"--help", []string{"--help"}, 0, "vigil completion bash|zsh|fish", ""},
+		{"-h", []string{"-h"}, 0, "Exit codes: 0 success", ""},
+		{"help", []string{"help"}, 0, "vigil serve [flags]", ""},
+		{"serve -h", []string{"serve", "-h"}, 0, "", "-addr"},
+		{"rules -h", []string{"rules", "-h"}, 0, "vigil rules check FILE", ""},
+		{"rules check -h", []string{"rules", "check", "-h"}, 0, "vigil rules test FILE", ""},
+		{"keys -h", []string{"keys", "-h"}, 0, "vigil keys create", ""},
+		{"users -h", []string{"users", "-h"}, 0, "vigil users add", ""},
+		{"hook -h", []string{"hook", "-h"}, 0, "", "vigil hook claude-code"},
+		{"completion -h", []string{"completion", "-h"}, 0, "source <(vigil completion bash)", ""},
+		{"completion without a shell", []string{"completion"}, 2, "", "usage"},
+		{"completion of an unknown shell", []string{"completion", "tcsh"}, 2, "", "unknown shell"},
+		{"fish completion", []string{"completion", "fish"}, 0, "-l rules-mode", ""},
+		{"zsh completion", []string{"completion", "zsh"}, 0, "#compdef vigil", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,4 +176,33 @@ func TestRuleBudgetFlag(t *testing.T) {
 	require.Equal(t, 250*time.Millisecond, cfg.RuleBudget)
 	_, err = parseConfig("serve", []string{"--rule-budget", "-1s"}, io.Discard)
 	require.ErrorContains(t, err, "rule-budget")
+}
+
+// The bash script completes commands, subcommands and the guardian's flags when bash runs it.
+func TestBashCompletion(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed")
+	}
+	var script bytes.Buffer
+	require.Equal(t, 0, run([]string{"completion", "bash"}, &script, io.Discard))
+	path := filepath.Join(t.TempDir(), "vigil.bash")
+	require.NoError(t, os.WriteFile(path, script.Bytes(), 0o600))
+	for _, tc := range []struct {
+		words string
+		cword int
+		want  string
+	}{
+		{"vigil ser", 1, "serve"},
+		{"vigil rules t", 2, "test"},
+		{"vigil hook cl", 2, "claude-code"},
+		{"vigil serve --max-hold", 2, "--max-hold-bytes --max-holds --max-holds-per-agent"},
+		{"vigil completion f", 2, "fish"},
+	} {
+		cmd := exec.Command(bash, "--norc", "-c", `source "$1"; COMP_WORDS=($2); COMP_CWORD=$3; _vigil; echo "${COMPREPLY[*]}"`,
+			"bash", path, tc.words, strconv.Itoa(tc.cword))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, tc.want, strings.TrimSpace(string(out)), tc.words)
+	}
 }

@@ -13,8 +13,15 @@ import (
 // runRules implements `vigil rules check FILE...` and `vigil rules test FILE...`, so teams
 // can check their policy in their own CI.
 func runRules(args []string, stdout, stderr io.Writer) int {
+	const rulesUsage = `usage: vigil rules check FILE...   compile rules files; exit 1 on any error
+       vigil rules test FILE...    run the test cases in rules files; exit 1 on any failure
+`
+	if len(args) > 0 && isHelp(args[len(args)-1]) {
+		fmt.Fprint(stdout, rulesUsage)
+		return 0
+	}
 	if len(args) < 2 || (args[0] != "check" && args[0] != "test") {
-		fmt.Fprintln(stderr, "usage: vigil rules check FILE...\n       vigil rules test FILE...")
+		fmt.Fprint(stderr, rulesUsage)
 		return 2
 	}
 	sub, files := args[0], args[1:]
