@@ -525,14 +525,21 @@ describe('roles', { skip: process.env.VIGIL_BIN ? false : 'operator accounts nee
 });
 
 describe('accessibility', () => {
-  test('axe-core finds no violations on any page, in the light and the dark theme', async () => {
+  test('axe-core finds no violations on any page, in the light and the dark theme, at 1440 and 390 px', async () => {
     const hold = holdTransfer(`${session}-axe`, 4321);
     /** @type {string[]} */
     const problems = [];
+    let size = '';
     const check = async (/** @type {string} */ what) => {
-      for (const v of await axeViolations(page)) problems.push(`${what}: ${v}`);
+      for (const v of await axeViolations(page)) problems.push(`${size} ${what}: ${v}`);
     };
     try {
+      for (const [width, height] of [
+        [1440, 900],
+        [390, 844],
+      ]) {
+      await page.setViewportSize({ width, height });
+      size = `${width}px`;
       for (const scheme of /** @type {const} */ (['light', 'dark'])) {
         await page.emulateMedia({ colorScheme: scheme });
         const visit = async (/** @type {string} */ hash, /** @type {string} */ ready) => {
@@ -572,9 +579,15 @@ describe('accessibility', () => {
         await visit('#/audit', '.arow');
         await page.locator('.arow').first().click();
         await check(`${scheme} audit`);
+        await visit('#/search?q=transfer', '[data-testid="search-count"]');
+        await check(`${scheme} search`);
+        await visit(`#/compare?a=${encodeURIComponent(session)}&b=${encodeURIComponent(session)}`, '[data-testid="compare-row"]');
+        await check(`${scheme} compare`);
+      }
       }
     } finally {
       await page.emulateMedia({ colorScheme: 'dark' });
+      await page.setViewportSize({ width: 1440, height: 900 });
     }
     assert.deepEqual(problems, []);
     await page.goto(`${guardian.url}/#/held`);
