@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { aosRequest, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+import { aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -25,16 +25,7 @@ after(async () => {
 });
 
 /** Calls the console API as an operator. @param {string} method @param {string} path @param {unknown} [body] */
-async function api(method, path, body) {
-  const res = await fetch(`${guardian.url}${path}`, {
-    method,
-    headers: { 'content-type': 'application/json', 'x-vigil-operator': 'rita' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  assert.ok(res.ok, `${method} ${path} answered ${res.status}: ${text}`);
-  return text ? JSON.parse(text) : null;
-}
+const api = (method, path, body) => apiCall(guardian.url, method, path, body);
 
 describe('governance', () => {
   test('a rule from the rules file warns before an edit, and rule changes land in the audit log with their diff', async () => {

@@ -185,6 +185,22 @@ export const toolCall = (/** @type {string} */ tool, /** @type {Record<string, u
   ...(reasoning ? { reasoning } : {}),
 });
 
+/**
+ * Calls the console API as an operator (X-Vigil-Operator) and resolves with the JSON answer;
+ * fails the test on a status other than 2xx.
+ * @param {string} base @param {string} method @param {string} path @param {unknown} [body] @param {string} [operator]
+ */
+export async function apiCall(base, method, path, body, operator = 'rita') {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { 'content-type': 'application/json', 'x-vigil-operator': operator },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${path} answered ${res.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
 /** POSTs one request to /aos and resolves with the JSON-RPC response. @param {string} base @param {unknown} req */
 export async function post(base, req) {
   const res = await fetch(`${base}/aos`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(req) });

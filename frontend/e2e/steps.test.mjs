@@ -8,7 +8,7 @@ import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { RULES_FIXTURE, aosRequest, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+import { RULES_FIXTURE, aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -49,17 +49,8 @@ after(async () => {
   if (rulesDir) rmSync(rulesDir, { recursive: true, force: true });
 });
 
-/** Calls the console API. @param {string} method @param {string} path @param {unknown} [body] */
-async function api(method, path, body) {
-  const res = await fetch(`${guardian.url}${path}`, {
-    method,
-    headers: { 'content-type': 'application/json', 'x-vigil-operator': 'dana' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  assert.ok(res.ok, `${method} ${path} answered ${res.status}: ${text}`);
-  return text ? JSON.parse(text) : null;
-}
+/** Calls the console API as dana. @param {string} method @param {string} path @param {unknown} [body] */
+const api = (method, path, body) => apiCall(guardian.url, method, path, body, 'dana');
 
 /** Waits for n pending holds of a session. @param {string} sid @param {number} n */
 async function pendingOf(sid, n) {
