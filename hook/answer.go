@@ -257,22 +257,16 @@ func (c *Call) afterTool(v Verdict) Output {
 		}
 		return Output{}
 	}
+	// Claude Code and Codex block with "block", Gemini with "deny"; a redaction goes back as
+	// additional context in the same shape for all three.
+	block := ""
 	switch c.Agent {
 	case ClaudeCode, Codex:
-		type specific struct {
-			HookEventName     string `json:"hookEventName"`
-			AdditionalContext string `json:"additionalContext"`
-		}
-		if v.Kind == Modify {
-			return jsonOut(struct {
-				HookSpecificOutput specific `json:"hookSpecificOutput"`
-			}{specific{c.Event, context}})
-		}
-		return jsonOut(struct {
-			Decision string `json:"decision"`
-			Reason   string `json:"reason"`
-		}{"block", context})
+		block = "block"
 	case Gemini:
+		block = "deny"
+	}
+	if block != "" {
 		type specific struct {
 			HookEventName     string `json:"hookEventName"`
 			AdditionalContext string `json:"additionalContext"`
@@ -285,7 +279,7 @@ func (c *Call) afterTool(v Verdict) Output {
 		return jsonOut(struct {
 			Decision string `json:"decision"`
 			Reason   string `json:"reason"`
-		}{"deny", context})
+		}{block, context})
 	}
 	// Cursor's after-hooks only observe.
 	return jsonOut(map[string]any{})
