@@ -101,3 +101,14 @@ describe('ClockOffset', () => {
     expect(c.offset).toBe(-100); // old samples roll off
   });
 });
+
+describe('a resolved hold keeps its request', () => {
+  it('takes the request from the pending hold when the event leaves it out', () => {
+    const pendingHold = { ...hold('a', 10), request: { method: 'steps/toolCallRequest', params: { toolCallRequest: { toolId: 'quick_transfer' } } } };
+    let st = applyHoldEvents(emptyHolds(), [ev('hold.created', pendingHold)]);
+    st = applyHoldEvents(st, [ev('hold.resolved', { ...hold('a', 10, { status: 'timedOut' }), request: null })]);
+    expect(st.pending).toEqual([]);
+    expect(st.recent[0]?.status).toBe('timedOut');
+    expect(st.recent[0]?.request).toEqual(pendingHold.request);
+  });
+});

@@ -37,8 +37,12 @@ export function applyHoldEvents(state: HoldsState, events: LiveEvent[]): HoldsSt
       pending = i >= 0 ? pending.map((p, j) => (j === i ? h : p)) : [...pending, h].sort(byCreated);
       changed = true;
     } else if (e.type === 'hold.resolved') {
-      const h = e.payload;
+      let h = e.payload;
       if (!h?.id) continue;
+      // The event says how the hold ended but leaves out the request (hold.created carried
+      // it): keep the one the pending hold had, so the hold still shows what was held.
+      const was = pending.find((p) => p.id === h.id);
+      if (was && (h.request === null || h.request === undefined)) h = { ...h, request: was.request };
       pending = pending.filter((p) => p.id !== h.id);
       recent = [h, ...recent.filter((r) => r.id !== h.id)].slice(0, RECENT_MAX);
       changed = true;
