@@ -813,4 +813,3 @@ func (t *turn) flushText(tb *textBuffer) error {
 	t.event("text_delta", mustJSON(map[string]string{"delta": strings.Join(out, "")}))
 	return nil
 }
-
