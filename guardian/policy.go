@@ -10,7 +10,9 @@ import (
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// Verdict is what a policy decides about one step, before holds are resolved.
+// Verdict is what a policy decides about one step, before holds are resolved, and what
+// DecideStep returns once they are: the final decision every front end applies in its own
+// protocol (allow, deny or modify, never hold).
 type Verdict struct {
 	// Decision is allow, deny, modify, or hold.
 	Decision string
@@ -32,8 +34,12 @@ type Verdict struct {
 	HoldTimeout   time.Duration
 	HoldOnTimeout string
 
-	// modifiedRequest is the whole request built from ModifiedParams.
-	modifiedRequest json.RawMessage
+	// ModifiedRequest is the whole modified JSON-RPC request built from ModifiedParams,
+	// set by the pipeline when the final Decision is modify.
+	ModifiedRequest json.RawMessage
+	// Held is true when the step waited for an operator; HoldID names the hold.
+	Held   bool
+	HoldID string
 }
 
 // DecisionHold parks a step until an operator decides; it is never sent to an agent.

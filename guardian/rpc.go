@@ -11,8 +11,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
+	"unicode/utf8"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // handleAOS serves POST /aos: one JSON-RPC request or a batch.
@@ -211,7 +214,15 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 			return errorResponse(step.ID, rpcError(err))
 		}
 	}
-	out, err := g.Decide(ctx, step, meta)
+	if step.Kind == aos.KindPing {
+		resp, err := g.ping(step)
+		if err != nil {
+			g.log.Error("aos: ping", "err", err)
+			return errorResponse(step.ID, rpcError(err))
+		}
+		return resp
+	}
+	_, rec, err := g.DecideStep(ctx, step, meta)
 	if err != nil {
 		var refused *aos.Error
 		if errors.As(err, &refused) {
@@ -224,7 +235,11 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 		}
 		return errorResponse(step.ID, rpcError(err))
 	}
-	return out.Response
+	if step.IsNotification() {
+		return nil
+	}
+	// The stored response is the AOS answer: encoded once, by response, for both.
+	return rec.Response
 }
 
 // rpcError maps a Go error to the JSON-RPC error sent to the agent. Details stay in the log.
@@ -278,5 +293,129 @@ func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 			rest, err := io.ReadAll(r) // longer than declared: let the limit reader decide
 			return append(buf, rest...), err
 		}
+	}
+}
+
+// ping answers an AOS ping; nil for a notification. Pings are not steps: not stored.
+func (g *Guardian) ping(step *aos.Step) (json.RawMessage, error) {
+	if step.IsNotification() {
+		return nil, nil
+	}
+	res := aos.PingResult{Status: "connected", Version: g.cfg.Version, Timestamp: g.now().UTC().Format(time.RFC3339Nano)}
+	b, err := json.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	if err != nil {
+		return nil, fmt.Errorf("encode ping: %w", err)
+	}
+	return b, nil
+}
+
+// response builds the JSON-RPC answer for a decided step; nil for a notification. It is the
+// AOS endpoint's answer and, for every step, the stored record of its verdict. A step that
+// came through a gateway names its protocol and upstream in the result's data, and
+// "enforced": false when the gateway could not apply the verdict.
+func (g *Guardian) response(step *aos.Step, v Verdict, meta *RequestMeta) (json.RawMessage, error) {
+	if step.IsNotification() {
+		return nil, nil
+	}
+	res := aos.Result{
+		Decision:   aos.Decision(v.Decision),
+		Reasoning:  v.Reasoning,
+		ReasonCode: v.ReasonCodes,
+		Message:    v.Message,
+	}
+	if v.RuleID != "" {
+		res.Data = map[string]any{"ruleId": v.RuleID}
+	}
+	if meta.gateway() {
+		if res.Data == nil {
+			res.Data = make(map[string]any, 3)
+		}
+		res.Data["protocol"] = meta.Protocol
+		if meta.Upstream != "" {
+			res.Data["upstream"] = meta.Upstream
+		}
+		if !meta.enforceable() {
+			res.Data["enforced"] = false
+		}
+	}
+	if v.Decision == string(aos.Modify) {
+		res.ModifiedRequest = v.ModifiedRequest
+	}
+	if res.Message == "" {
+		res.Message = defaultMessage(res.Decision)
+	}
+	if b, ok := appendResult(nil, step.ID, res); ok {
+		return b, nil
+	}
+	b, err := json.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	if err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return b, nil
+}
+
+// appendResult appends the response carrying res, byte for byte as encoding/json writes
+// it, for the usual answer: an id json.Marshal would copy unchanged, no modified request, at
+// most a ruleId in data. It reports false for anything else, which json.Marshal encodes.
+// Encoding every answer by reflection cost a microsecond and a dozen allocations.
+func appendResult(b []byte, id json.RawMessage, res aos.Result) ([]byte, bool) {
+	if res.ModifiedRequest != nil || len(res.Data) > 1 || !plainID(id) {
+		return nil, false
+	}
+	ruleID, hasRule := res.Data["ruleId"].(string)
+	if len(res.Data) == 1 && !hasRule {
+		return nil, false
+	}
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	if id == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, id...)
+	}
+	b = append(b, `,"result":{"decision":`...)
+	b = storage.AppendJSONString(b, string(res.Decision))
+	if res.Reasoning != "" {
+		b = append(b, `,"reasoning":`...)
+		b = storage.AppendJSONString(b, res.Reasoning)
+	}
+	if len(res.ReasonCode) > 0 {
+		b = append(b, `,"reasonCode":[`...)
+		for i, c := range res.ReasonCode {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = storage.AppendJSONString(b, c)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"message":`...)
+	b = storage.AppendJSONString(b, res.Message)
+	if hasRule {
+		b = append(b, `,"data":{"ruleId":`...)
+		b = storage.AppendJSONString(b, ruleID)
+		b = append(b, '}')
+	}
+	return append(b, "}}"...), true
+}
+
+// plainID reports whether a request id is bytes encoding/json would copy as they are: a
+// number, or a string without escapes, HTML characters or non-ASCII.
+func plainID(id json.RawMessage) bool {
+	for _, c := range id {
+		if c <= ' ' || c >= utf8.RuneSelf || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+func defaultMessage(d aos.Decision) string {
+	switch d {
+	case aos.Deny:
+		return "Denied by policy."
+	case aos.Modify:
+		return "Allowed with modifications."
+	default:
+		return "Allowed."
 	}
 }

@@ -291,40 +291,115 @@ func bearer(r *http.Request) string {
 // scope is available to the handler through AgentScope and CheckAgent.
 func (a *Auth) AgentMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := a.now()
-		client := clientHost(r)
-		required := a.cfg.RequireAgentKeys || a.keys.exist.Load()
-		var e *keyEntry
-		if tok := bearer(r); tok != "" || required {
-			var kerr *keyError
-			if e, kerr = a.verifyKey(r.Context(), tok, client, now); kerr != nil {
-				a.log.Info("aos: request refused", "reason", kerr.logText, "client", client)
-				if kerr.status == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
-				}
-				writeRPCError(w, kerr.status, kerr.rpc)
+		r, refusal := a.admitAgent(r, bearer(r), "aos", errKeyMissing)
+		if refusal != nil {
+			if refusal.retry > 0 {
+				writeRateLimited(w, refusal.retry, a.cfg.AgentRate)
 				return
 			}
-		} else if a.localOnly() && forwarded(r) {
-			// Open /aos is meant for agents on this machine; a proxy in front makes it public.
-			writeRPCError(w, errKeyProxied.status, errKeyProxied.rpc)
+			if refusal.status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
+			}
+			writeRPCError(w, refusal.status, refusal.rpc)
 			return
-		}
-		if a.agents != nil {
-			bk := bucketKey{kind: 'a', id: client}
-			if e != nil {
-				bk = bucketKey{kind: 'k', id: e.id}
-			}
-			if ok, wait := a.agents.allow(bk, now); !ok {
-				writeRateLimited(w, wait, a.cfg.AgentRate)
-				return
-			}
-		}
-		if e != nil {
-			r = r.WithContext(context.WithValue(r.Context(), agentKeyKey, e.scope))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// GatewayKeyHeader carries the agent key of a request to a gateway route (/agentapi/…,
+// /aap/…): the client's own Authorization header belongs to the upstream.
+const GatewayKeyHeader = "X-Vigil-Key"
+
+// errGatewayKeyMissing is errKeyMissing for gateway routes, naming their header.
+var errGatewayKeyMissing = &keyError{http.StatusUnauthorized, &aos.Error{Code: aos.CodeUnauthorized,
+	Message: "unauthorized: an API key is required (send " + GatewayKeyHeader + ": <key>)"}, "missing key"}
+
+// GatewayRefusal writes a refused gateway request in the gateway's own protocol: status is
+// the HTTP status (401, 429 or 503), message says why, retryAfter is set for 429.
+type GatewayRefusal func(w http.ResponseWriter, status int, message string, retryAfter time.Duration)
+
+// GatewayMiddleware authenticates requests to a gateway route the way AgentMiddleware does
+// /aos (same keys, same rule for when a key is required, same per-agent rate), taking the
+// key from the X-Vigil-Key header or, only when that header is absent, from an
+// "Authorization: Bearer vgl_…" header. Neither reaches the handler: the key is Vigil's, not
+// the upstream's; any other Authorization passes through untouched. Refusals are written by
+// refuse, in the gateway's protocol (a Retry-After header is already set on a 429).
+func (a *Auth) GatewayMiddleware(refuse GatewayRefusal) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok, fromBearer := strings.TrimSpace(r.Header.Get(GatewayKeyHeader)), false
+			if _, present := r.Header[http.CanonicalHeaderKey(GatewayKeyHeader)]; !present {
+				if b := bearer(r); strings.HasPrefix(b, KeyPrefix) {
+					tok, fromBearer = b, true
+				}
+			}
+			if tok != "" || fromBearer {
+				r = r.Clone(r.Context())
+				r.Header.Del(GatewayKeyHeader)
+				if fromBearer {
+					r.Header.Del("Authorization")
+				}
+			}
+			r, refusal := a.admitAgent(r, tok, "gateway", errGatewayKeyMissing)
+			if refusal != nil {
+				if refusal.retry > 0 {
+					ms := max(int64(math.Ceil(float64(refusal.retry)/float64(time.Millisecond))), 1)
+					w.Header().Set("Retry-After", strconv.FormatInt(max((ms+999)/1000, 1), 10))
+					refuse(w, http.StatusTooManyRequests, fmt.Sprintf("rate limited: more than %s requests per second for this agent; retry in %d ms",
+						strconv.FormatFloat(a.cfg.AgentRate, 'f', -1, 64), ms), refusal.retry)
+					return
+				}
+				refuse(w, refusal.status, refusal.rpc.Message, 0)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// agentRefusal is why admitAgent refused a request: a key error, or (retry > 0) the rate.
+type agentRefusal struct {
+	*keyError
+	retry time.Duration
+}
+
+// admitAgent checks an agent request's key tok (required when agent authentication is on)
+// and its rate, returning the request carrying the key for KeyOf and AgentScope.
+func (a *Auth) admitAgent(r *http.Request, tok, route string, missing *keyError) (*http.Request, *agentRefusal) {
+	now := a.now()
+	client := clientHost(r)
+	required := a.cfg.RequireAgentKeys || a.keys.exist.Load()
+	var e *keyEntry
+	if tok != "" || required {
+		var kerr *keyError
+		if tok == "" {
+			kerr = missing
+		} else {
+			e, kerr = a.verifyKey(r.Context(), tok, client, now)
+		}
+		if kerr != nil {
+			a.log.Info(route+": request refused", "reason", kerr.logText, "client", client)
+			return r, &agentRefusal{keyError: kerr}
+		}
+	} else if a.localOnly() && forwarded(r) {
+		// Open agent routes are meant for agents on this machine; a proxy in front makes
+		// them public.
+		return r, &agentRefusal{keyError: errKeyProxied}
+	}
+	if a.agents != nil {
+		bk := bucketKey{kind: 'a', id: client}
+		if e != nil {
+			bk = bucketKey{kind: 'k', id: e.id}
+		}
+		if ok, wait := a.agents.allow(bk, now); !ok {
+			return r, &agentRefusal{retry: max(wait, time.Nanosecond)}
+		}
+	}
+	if e != nil {
+		r = r.WithContext(context.WithValue(r.Context(), agentKeyKey, e.scope))
+	}
+	return r, nil
 }
 
 // writeRateLimited answers a request over the rate: HTTP 429, a Retry-After header in whole

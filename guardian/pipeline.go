@@ -1,0 +1,277 @@
+package guardian
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// The decision pipeline knows no wire format: a front end (the AOS endpoint, a gateway)
+// builds an aos.Step, calls DecideStep and applies the returned Verdict in its own
+// protocol. It stays in package guardian for now because it shares the Guardian's session
+// cache, policy and hold service; DESIGN.md's guardian/pipeline is where it moves once
+// those have their own packages.
+
+// Protocols a step can arrive through (RequestMeta.Protocol).
+const (
+	ProtocolAOS      = "aos"
+	ProtocolAAP      = "aap"
+	ProtocolAgentAPI = "agentapi"
+	ProtocolMCP      = "mcp"
+	ProtocolHook     = "hook"
+)
+
+// RequestMeta is what the transport knows about a step beyond its body.
+type RequestMeta struct {
+	// SessionHeader is the X-Vigil-Session header, used for steps that carry no session.
+	SessionHeader string
+	// RemoteAddr attributes context-free steps (MCP, A2A) when nothing else names a session.
+	RemoteAddr string
+	// KeyID is the id of the API key the request authenticated with, KeyAgent the agent id
+	// that key is scoped to; both empty without a key (or an unscoped one).
+	KeyID, KeyAgent string
+	// ReceivedAt is when the request arrived.
+	ReceivedAt time.Time
+	// Protocol is the front end the step came through: ProtocolAOS when empty.
+	Protocol string
+	// Upstream is a gateway's upstream name (--agentapi NAME=URL); empty for AOS.
+	Upstream string
+	// Enforceable, when false, says the front end cannot apply the verdict (a server-side
+	// tool the protocol gives no way to stop): the step is judged and recorded only. nil
+	// means true.
+	Enforceable *bool
+}
+
+// StepMeta is what a front end knows about a step beyond the step itself.
+type StepMeta = RequestMeta
+
+// gateway reports whether the step came through a gateway rather than /aos.
+func (m *RequestMeta) gateway() bool { return m.Protocol != "" && m.Protocol != ProtocolAOS }
+
+// enforceable reports whether the front end applies the verdict.
+func (m *RequestMeta) enforceable() bool { return m.Enforceable == nil || *m.Enforceable }
+
+// SessionFor names the session a step belongs to. Steps with a StepContext use its session
+// id; A2A and MCP steps use their context id when present, then the X-Vigil-Session header,
+// then "<kind>@<client address>" so one client's protocol traffic stays together;
+// "<kind>:<key id>@<client address>" for a request with an API key, since a session belongs
+// to one key.
+func SessionFor(step *aos.Step, meta RequestMeta) string {
+	id, _ := sessionOf(step, meta)
+	return id
+}
+
+// sessionOf is SessionFor, and where the step named its session: the JSON path of the
+// member, "header" for X-Vigil-Session, "" for the fallback.
+func sessionOf(step *aos.Step, meta RequestMeta) (id, from string) {
+	if id := step.SessionHint(); id != "" {
+		return id, step.SessionField()
+	}
+	if meta.SessionHeader != "" {
+		return meta.SessionHeader, "header"
+	}
+	host := meta.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "" {
+		host = "local"
+	}
+	if meta.KeyID != "" {
+		return string(step.Kind) + ":" + meta.KeyID + "@" + host, ""
+	}
+	return string(step.Kind) + "@" + host, ""
+}
+
+// errPing is DecideStep's answer to a ping: a ping is answered by the AOS endpoint and is
+// not a step.
+var errPing = errors.New("guardian: ping is not a step")
+
+// DecideStep runs the whole pipeline for one parsed step: session cache, controls, rules,
+// hold (blocking until decided; when ctx ends, because the client went away, the hold is
+// abandoned), store, publish. It returns the final verdict (never a hold) and the stored
+// record. The record's Response is the verdict as an AOS result (what the console shows for
+// every step); the AOS endpoint sends those bytes, a gateway applies the verdict in its own
+// protocol. The step is stored even when ctx is cancelled meanwhile.
+//
+// Errors: an *aos.Error when the step may not join its session (another key or agent owns
+// it), which the caller answers in its protocol as a refusal; anything else is a storage
+// failure, answered as the protocol's internal error (fail closed).
+func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestMeta) (Verdict, storage.StepRecord, error) {
+	start := meta.ReceivedAt
+	if start.IsZero() {
+		start = g.now()
+	}
+	if step.Kind == aos.KindPing {
+		return Verdict{}, storage.StepRecord{}, errPing
+	}
+	sessionID, from := sessionOf(step, meta)
+	hist := g.sessions.get(ctx, sessionID)
+	defer g.sessions.release(hist)
+	agentID := ""
+	if step.Context != nil {
+		agentID = step.Context.Agent.ID
+	}
+	if refused := hist.admit(agentID, meta.KeyID, meta.KeyAgent); refused != "" {
+		return Verdict{}, storage.StepRecord{}, ownerError(sessionID, from, refused)
+	}
+
+	control := ""
+	if g.holds != nil {
+		control = g.holds.Control(sessionID)
+	}
+	var v Verdict
+	if control == "blocked" {
+		v = Verdict{Decision: string(aos.Deny), RuleID: "session-blocked", ReasonCodes: []string{"SESSION_BLOCKED"},
+			Message: "This session was blocked by an operator."}
+	} else {
+		snap := hist.snapshot()
+		v = g.policy.Decide(ctx, step, snap, start)
+		snap.release()
+		// A paused session holds every step for review, except what the rules deny anyway:
+		// approving a paused step must not let through what a deny rule stops.
+		if control == "paused" && v.Decision != string(aos.Deny) {
+			v.Decision = DecisionHold
+			v.RuleID = "session-paused"
+			v.ReasonCodes = append(v.ReasonCodes, "SESSION_PAUSED")
+			v.Message = "This session is paused by an operator; the step waits for review."
+			v.HoldTimeout, v.HoldOnTimeout = 0, ""
+		}
+	}
+
+	if v.Decision == DecisionHold {
+		if !meta.enforceable() {
+			// Nobody can stop the step: a person waiting on it would decide nothing.
+			v.Decision = string(aos.Deny)
+			v.Message = "Held for review, but this step cannot be stopped through its protocol; recorded as denied."
+		} else {
+			v, v.HoldID = g.resolveHold(ctx, step, sessionID, v)
+			v.Held = v.HoldID != ""
+		}
+	}
+
+	v = g.buildModification(step, v)
+	rec := g.record(step, sessionID, v, start, v.Held)
+	rec.KeyID = meta.KeyID
+	resp, err := g.response(step, v, &meta)
+	if err != nil {
+		return Verdict{}, storage.StepRecord{}, err
+	}
+	rec.Response = resp
+	if resp == nil {
+		rec.Response = json.RawMessage("null")
+	}
+	rec.LatencyMicros = g.now().Sub(start).Microseconds()
+
+	// The agent may have gone away while the step was held; the step is still recorded.
+	if err := g.store.SaveStep(context.WithoutCancel(ctx), &rec); err != nil {
+		return Verdict{}, storage.StepRecord{}, fmt.Errorf("store step: %w", err)
+	}
+	hist.add(rec)
+	if v.HoldID != "" {
+		if err := g.holds.AttachStep(context.WithoutCancel(ctx), v.HoldID, rec.Seq); err != nil {
+			g.log.Warn("link hold to step", "hold", v.HoldID, "seq", rec.Seq, "err", err)
+		}
+	}
+	if g.pub != nil {
+		g.pub.PublishStep(&rec)
+	}
+	return v, rec, nil
+}
+
+// resolveHold waits for an operator (or the hold's timeout) and turns the outcome into a
+// final verdict. Without a hold service a hold fails closed.
+func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID string, v Verdict) (Verdict, string) {
+	if g.holds == nil {
+		v.Decision = string(aos.Deny)
+		v.Message = "Held for review, but no reviewer queue is configured; denied."
+		return v, ""
+	}
+	done := LongWait(ctx)
+	// The step's joined text would be a second copy of its content for as long as it
+	// waits; it is joined again when the step is stored.
+	step.ForgetText()
+	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
+	done()
+	if err != nil {
+		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
+		v.Decision = string(aos.Deny)
+		v.Message = "The step could not be queued for review; denied."
+		return v, ""
+	}
+	if out.ReasonCode != "" {
+		// First: the reason for this answer, ahead of the codes of the rules that held it.
+		v.ReasonCodes = append([]string{out.ReasonCode}, v.ReasonCodes...)
+	}
+	v.Decision = out.Decision
+	if out.Message != "" {
+		v.Message = out.Message
+	}
+	if out.Reasoning != "" {
+		v.Reasoning = out.Reasoning
+	}
+	if out.RuleID != "" {
+		v.RuleID = out.RuleID
+	}
+	v.ModifiedParams = out.Params
+	return v, out.HoldID
+}
+
+func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) storage.StepRecord {
+	rec := storage.StepRecord{
+		SessionID:    sessionID,
+		Method:       step.Method,
+		Kind:         string(step.Kind),
+		Tool:         step.ToolID(),
+		Decision:     v.Decision,
+		ReceivedAt:   at.UTC(),
+		Request:      step.Raw,
+		MatchedRules: v.Matches,
+		Text:         step.Text(),
+		Held:         held,
+		// The request passed the AOS parser and the response is built here.
+		TrustedJSON: true,
+	}
+	if rec.MatchedRules == nil {
+		rec.MatchedRules = []storage.RuleMatch{}
+	}
+	if c := step.Context; c != nil {
+		rec.TurnID = c.TurnID
+		rec.StepID = c.StepID
+		rec.AgentID = c.Agent.ID
+		rec.AgentName = c.Agent.Name
+		if c.User != nil {
+			rec.UserID = c.User.ID
+		}
+	}
+	return rec
+}
+
+// buildModification turns a modify verdict's params into the whole modified request. A
+// modify without new params changes nothing and becomes allow; one whose result the
+// guardian itself would refuse fails closed.
+func (g *Guardian) buildModification(step *aos.Step, v Verdict) Verdict {
+	if v.Decision != string(aos.Modify) {
+		return v
+	}
+	if v.ModifiedParams == nil {
+		v.Decision = string(aos.Allow)
+		return v
+	}
+	mr, err := aos.NewModifiedRequest(step, v.ModifiedParams)
+	if err != nil {
+		g.log.Error("modified request is invalid; denying", "method", step.Method, "rule", v.RuleID, "err", err)
+		v.Decision = string(aos.Deny)
+		v.Message = "The step had to be modified, but the modification was not a valid request; denied."
+		v.ModifiedParams = nil
+		return v
+	}
+	v.ModifiedRequest = mr
+	return v
+}
