@@ -463,7 +463,8 @@ func maskOptions(ai agentInfo, opts map[string]string) map[string]string {
 
 // requestMeta is the pipeline's view of the client's request.
 func (g *Gateway) requestMeta(r *http.Request) guardian.RequestMeta {
-	m := guardian.RequestMeta{RemoteAddr: r.RemoteAddr, ReceivedAt: g.opts.Now()}
+	m := guardian.RequestMeta{RemoteAddr: r.RemoteAddr, ReceivedAt: g.opts.Now(),
+		Protocol: guardian.ProtocolAAP, Upstream: g.opts.Name}
 	if g.opts.KeyOf != nil {
 		m.KeyID, m.KeyAgent, _ = g.opts.KeyOf(r.Context())
 	}

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -212,6 +213,11 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		v, refused, err := g.decideSeed(r.Context(), st, meta, m, i)
 		if err != nil || refused {
 			g.deleteUpstream(r, s.id)
+			var owner *aos.Error
+			if errors.As(err, &owner) {
+				writeError(w, http.StatusForbidden, owner.Message)
+				return
+			}
 			if err != nil {
 				g.log.Error("decide seed message", "session", s.vigilID, "err", err)
 				writeError(w, http.StatusInternalServerError, "Vigil could not decide the session's seed messages")

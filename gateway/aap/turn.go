@@ -188,11 +188,24 @@ func (t *turn) now() string { return t.g.opts.Now().UTC().Format(time.RFC3339Nan
 // decide runs the pipeline for a step. While it waits (a hold), a streaming answer gets
 // keep-alive comments; a client that goes away ends ctx, which abandons the hold.
 func (t *turn) decide(step *aos.Step, err error) (verdict, error) {
+	return t.decideMeta(step, err, t.meta)
+}
+
+// record decides a step whose verdict cannot be applied any more (text already streamed):
+// it is judged and recorded only.
+func (t *turn) record(step *aos.Step, err error) (verdict, error) {
+	meta := t.meta
+	no := false
+	meta.Enforceable = &no
+	return t.decideMeta(step, err, meta)
+}
+
+func (t *turn) decideMeta(step *aos.Step, err error, meta requestMetaT) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
 	if t.mode == modeNone {
-		v, _, err := t.g.opts.Decider.DecideStep(t.r.Context(), step, t.meta)
+		v, _, err := t.g.opts.Decider.DecideStep(t.r.Context(), step, meta)
 		return v, err
 	}
 	type result struct {
@@ -201,7 +214,7 @@ func (t *turn) decide(step *aos.Step, err error) (verdict, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, _, err := t.g.opts.Decider.DecideStep(t.r.Context(), step, t.meta)
+		v, _, err := t.g.opts.Decider.DecideStep(t.r.Context(), step, meta)
 		ch <- result{v, err}
 	}()
 	tick := time.NewTicker(t.g.opts.KeepAlive)
@@ -266,7 +279,10 @@ func (t *turn) finish(stop string) {
 		}
 		t.w.Header().Set("Content-Type", "application/json")
 		t.w.WriteHeader(http.StatusOK)
-		_, _ = t.w.Write(mustJSON(map[string]any{"stopReason": stop, "messages": msgs}))
+		_, _ = t.w.Write(mustJSON(struct {
+			StopReason string            `json:"stopReason"`
+			Messages   []json.RawMessage `json:"messages"`
+		}{stop, msgs}))
 		return
 	}
 	t.turnStart()
@@ -295,9 +311,17 @@ func (t *turn) fail(err error) {
 	if t.r.Context().Err() != nil {
 		return
 	}
-	t.g.log.Error("aap turn", "session", t.s.vigilID, "err", err)
+	status, msg := http.StatusInternalServerError, "Vigil could not decide a step of this turn"
+	var refused *aos.Error
+	if errors.As(err, &refused) {
+		// The session belongs to another agent key.
+		status, msg = http.StatusForbidden, refused.Message
+		t.g.log.Warn("aap turn refused", "session", t.s.vigilID, "err", err)
+	} else {
+		t.g.log.Error("aap turn", "session", t.s.vigilID, "err", err)
+	}
 	if !t.started && t.mode != modeNone || t.mode == modeNone && t.msgs == nil {
-		writeError(t.w, http.StatusInternalServerError, "Vigil could not decide a step of this turn")
+		writeError(t.w, status, msg)
 		return
 	}
 	t.finish("error")
@@ -519,7 +543,17 @@ func (t *turn) toolResult(id string, c content) (content, error) {
 // agentText decides an assistant message's texts; withheld reports a deny (the texts are
 // then the guardian's message).
 func (t *turn) agentText(texts []string) (out []string, changed, withheld bool, err error) {
-	v, err := t.decide(t.st.messageStep(t.now(), aos.RoleAgent, "a"+strconv.Itoa(t.st.next+1), texts))
+	return t.agentTextMeta(texts, true)
+}
+
+func (t *turn) agentTextMeta(texts []string, enforce bool) (out []string, changed, withheld bool, err error) {
+	step, serr := t.st.messageStep(t.now(), aos.RoleAgent, "a"+strconv.Itoa(t.st.next+1), texts)
+	var v verdict
+	if enforce {
+		v, err = t.decide(step, serr)
+	} else {
+		v, err = t.record(step, serr)
+	}
 	if err != nil {
 		return nil, false, false, &failError{err}
 	}
@@ -797,7 +831,7 @@ func (t *turn) flushText(tb *textBuffer) error {
 	text := tb.text.String()
 	buffering, held := tb.buffering, tb.held
 	*tb = textBuffer{}
-	out, changed, _, err := t.agentText([]string{text})
+	out, changed, _, err := t.agentTextMeta([]string{text}, buffering)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,9 @@ type Server struct {
 	// Received records every turn request body, in order (tests check what reached the
 	// agent).
 	Received []json.RawMessage
+	// AlwaysTrusted names server tools run without permission whatever the session says:
+	// an upstream that ignores the client's trust settings. Set it before serving.
+	AlwaysTrusted map[string]bool
 }
 
 type toolRef struct {
@@ -467,7 +470,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 			id := fmt.Sprintf("call_%s_%d", short, ss.calls)
 			ss.made[id] = a
 			o.call(id, a.tool, a.input)
-			if trust, server := ss.serverTool(a.tool); server && trust {
+			if trust, server := ss.serverTool(a.tool); server && trust || s.AlwaysTrusted[a.tool] {
 				res := runTool(a.tool, a.input)
 				o.result(id, res)
 				// The captured agent reports a trusted tool's result twice: from its
