@@ -220,6 +220,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-limitDone })
 
+	aapGW := &aapDecider{}
+	aapRoutes, err := aapMounts(cfg, aapGW, az, engine, log)
+	if err != nil {
+		return fail(err)
+	}
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -237,18 +242,19 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Publisher: hub,
 		Holds:     guardian.ManagerHolds{M: hm},
 		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
-		Mount: []func(*http.ServeMux){
+		Mount: append([]func(*http.ServeMux){
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
 			hm.Register,
 			rs.Register,
 			az.Register,
-		},
+		}, aapRoutes...),
 		CheckAgent: auth.CheckAgent,
 		KeyOf:      auth.KeyOf,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
+	aapGW.g = g
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)

@@ -54,6 +54,9 @@ type Options struct {
 	MayWithhold func() bool
 	// KeyOf returns the agent key a request authenticated with (auth.KeyOf).
 	KeyOf func(ctx context.Context) (id, agentID string, ok bool)
+	// WriteTimeout is the server's write timeout: a turn lifts the connection's deadlines
+	// (an agent may work for longer) and gives each write this long instead. 0: none.
+	WriteTimeout time.Duration
 	// Now is the clock.
 	Now func() time.Time
 }
@@ -173,6 +176,12 @@ func (g *Gateway) Register(mux *http.ServeMux, wrap func(http.Handler) http.Hand
 
 func (g *Gateway) handleUnknown(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, "not an AAP endpoint: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, g.prefix))
+}
+
+// Refuse writes a refusal of Vigil's own (a missing agent key, a rate limit) in the AAP
+// SDK's error shape; it is an auth.GatewayRefusal.
+func Refuse(w http.ResponseWriter, status int, message string, _ time.Duration) {
+	writeError(w, status, message)
 }
 
 // writeError answers with the AAP SDK's error shape.

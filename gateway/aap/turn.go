@@ -177,7 +177,12 @@ func (g *Gateway) handleTurn(w http.ResponseWriter, r *http.Request) {
 	s.applyAgent(tr.agent)
 	s.applyClientTools(tr.tools, tr.hasTools)
 	now := g.opts.Now()
-	t := &turn{g: g, s: s, r: r, w: w, rc: http.NewResponseController(w), mode: tr.mode, meta: g.requestMeta(r),
+	rc := http.NewResponseController(w)
+	// The server's read and write deadlines bound a whole request; a turn lasts as long as
+	// the agent works and an operator reviews. Each write gets WriteTimeout instead.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	t := &turn{g: g, s: s, r: r, w: w, rc: rc, mode: tr.mode, meta: g.requestMeta(r),
 		st: stepper{sessionID: s.vigilID, agent: g.aosAgent(s.agent, s.options),
 			turnID: "turn-" + strconv.FormatInt(now.UnixNano(), 36)}}
 	t.run(tr)
@@ -229,7 +234,15 @@ func (t *turn) decideMeta(step *aos.Step, err error, meta requestMetaT) (verdict
 	}
 }
 
+// deadline gives the next write the server's write timeout.
+func (t *turn) deadline() {
+	if t.g.opts.WriteTimeout > 0 {
+		_ = t.rc.SetWriteDeadline(time.Now().Add(t.g.opts.WriteTimeout))
+	}
+}
+
 func (t *turn) begin() {
+	t.deadline()
 	if t.started {
 		return
 	}
@@ -273,6 +286,7 @@ func (t *turn) turnStart() {
 // finish ends the client's turn with a stop reason.
 func (t *turn) finish(stop string) {
 	if t.mode == modeNone {
+		t.deadline()
 		msgs := t.msgs
 		if msgs == nil {
 			msgs = []json.RawMessage{}
