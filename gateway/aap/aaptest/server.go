@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Meta is the server's GET /meta answer, byte for byte the captured one.
@@ -42,6 +43,9 @@ type Server struct {
 	// AlwaysTrusted names server tools run without permission whatever the session says:
 	// an upstream that ignores the client's trust settings. Set it before serving.
 	AlwaysTrusted map[string]bool
+	// Think is how long the agent works on each turn before it answers: a stand-in for a
+	// model's latency in benchmarks. Set it before serving.
+	Think time.Duration
 }
 
 type toolRef struct {
@@ -371,6 +375,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	if err != nil || json.Unmarshal(raw, &body) != nil {
 		internalError(w)
 		return
+	}
+	if s.Think > 0 {
+		time.Sleep(s.Think)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
