@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -516,4 +519,45 @@ func TestParseSpec(t *testing.T) {
 		require.Equal(t, c.name, name)
 		require.Equal(t, c.url, url)
 	}
+}
+
+// A session stays readable while one of its turns waits for a hold.
+func TestSessionReadableDuringHold(t *testing.T) {
+	h := newHarness(t)
+	waiting, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	// Released on failure too, before the servers close (they wait for the turn).
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	h.fd.rule = func(ctx context.Context, s *aos.Step) (guardian.Verdict, error) {
+		if s.Message != nil {
+			close(waiting)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return guardian.Verdict{}, nil
+	}
+	id := h.session()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Post(h.front.URL+"/aap/demo/sessions/"+id+"/turns", "application/json",
+			strings.NewReader(turnBody("none", userMsg("hello"))))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-waiting
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/aap/demo/sessions/"+id, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err, "GET /sessions/:id waited for the turn")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(b), `{"name":"read_file","trust":true}`)
+	once.Do(func() { close(release) })
+	<-done
 }

@@ -23,10 +23,14 @@ type session struct {
 	// upstream (pending) belong to the turn that follows.
 	lock chan struct{}
 
+	// mu guards serverTools, which GET /sessions reads while a turn may hold lock for as
+	// long as a hold waits; lock's holder writes it with mu held too.
+	mu          sync.Mutex
+	serverTools map[string]bool // enabled server tools → the client trusted it
+
 	// Guarded by lock.
 	agent       agentInfo
 	options     map[string]string // masked
-	serverTools map[string]bool   // enabled server tools → the client trusted it
 	clientTools map[string]bool
 	// pending are tool permissions and denial messages the gateway owes the upstream; they
 	// go up with the client's next turn (which carries the results of the client tools
@@ -53,10 +57,13 @@ func (s *session) applyAgent(a *agentConfig) {
 		return
 	}
 	if a.hasTool {
-		s.serverTools = make(map[string]bool, len(a.tools))
+		tools := make(map[string]bool, len(a.tools))
 		for _, t := range a.tools {
-			s.serverTools[t.Name] = t.Trust
+			tools[t.Name] = t.Trust
 		}
+		s.mu.Lock()
+		s.serverTools = tools
+		s.mu.Unlock()
 	}
 	if a.options != nil {
 		merged := make(map[string]string, len(s.options)+len(a.options))
@@ -315,14 +322,9 @@ func (g *Gateway) restoreTrust(o *object) *object {
 	if s == nil || !o.has("agent") {
 		return o
 	}
-	if err := s.acquire(context.Background()); err != nil {
-		return o
-	}
-	trusted := make(map[string]bool, len(s.serverTools))
-	for k, v := range s.serverTools {
-		trusted[k] = v
-	}
-	s.release()
+	s.mu.Lock()
+	trusted := s.serverTools
+	s.mu.Unlock()
 	agent, err := parseObject(o.raw("agent"), "agent")
 	if err != nil {
 		return o
@@ -401,12 +403,14 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request, id string) (*se
 	}
 	s := g.newSession(id, g.agent(r.Context(), r, agent.name))
 	s.applyAgent(agent)
+	untrusted := make(map[string]bool, len(agent.tools))
 	for _, t := range agent.tools {
 		// A tool the upstream trusts would run without asking; the next turn tells it
 		// otherwise.
-		s.serverTools[t.Name] = false
+		untrusted[t.Name] = false
 		s.retrust = s.retrust || t.Trust
 	}
+	s.serverTools = untrusted
 	tools, _ := o.array("", "tools")
 	names, _ := parseToolSpecs("tools", tools)
 	s.applyClientTools(names, true)

@@ -407,10 +407,12 @@ func (t *turn) run(tr *turnRequest) {
 			agent, _ = parseObject(first.raw("agent"), "agent")
 		}
 		if !agent.has("tools") {
+			s.mu.Lock()
 			refs := make([]map[string]string, 0, len(s.serverTools))
 			for name := range s.serverTools {
 				refs = append(refs, map[string]string{"name": name})
 			}
+			s.mu.Unlock()
 			agent.set("tools", mustJSON(refs))
 		}
 		first.set("agent", agent.bytes())
@@ -503,7 +505,9 @@ func (t *turn) toolCall(tc toolCall, rd *round) (json.RawMessage, error) {
 	if err != nil {
 		return nil, &failError{err}
 	}
+	t.s.mu.Lock()
 	_, server := t.s.serverTools[tc.Name]
+	t.s.mu.Unlock()
 	if server {
 		switch v.Decision {
 		case allow:
