@@ -16,11 +16,19 @@ import (
 )
 
 // aapSpecs is the repeatable --aap NAME=URL flag; VIGIL_AAP lists them comma-separated.
-type aapSpecs []string
+type aapSpecs struct {
+	list []string
+	// fromEnv is set once the environment was read: the first --aap on the command line
+	// then replaces VIGIL_AAP's list, as any flag beats the environment.
+	fromEnv bool
+}
 
-func (s *aapSpecs) String() string { return strings.Join(*s, ",") }
+func (s *aapSpecs) String() string { return strings.Join(s.list, ",") }
 
 func (s *aapSpecs) Set(v string) error {
+	if s.fromEnv {
+		s.list, s.fromEnv = nil, false
+	}
 	for _, spec := range strings.Split(v, ",") {
 		if spec = strings.TrimSpace(spec); spec == "" {
 			continue
@@ -29,12 +37,12 @@ func (s *aapSpecs) Set(v string) error {
 		if err != nil {
 			return err
 		}
-		for _, have := range *s {
+		for _, have := range s.list {
 			if strings.HasPrefix(have, name+"=") {
 				return fmt.Errorf("upstream name %q given twice", name)
 			}
 		}
-		*s = append(*s, spec)
+		s.list = append(s.list, spec)
 	}
 	return nil
 }
@@ -50,7 +58,7 @@ func (d *aapDecider) DecideStep(ctx context.Context, step *aos.Step, meta guardi
 func aapMounts(cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, log *slog.Logger) ([]func(*http.ServeMux), error) {
 	var mounts []func(*http.ServeMux)
 	may := aap.RulesMayWithhold(engine, nil)
-	for _, spec := range cfg.AAP {
+	for _, spec := range cfg.AAP.list {
 		name, upstream, err := aap.ParseSpec(spec)
 		if err != nil {
 			return nil, fmt.Errorf("-aap: %w", err)

@@ -189,6 +189,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	if envErr != nil {
 		return cfg, envErr
 	}
+	cfg.AAP.fromEnv = true
 	if err := fset.Parse(args); err != nil {
 		return cfg, err
 	}
