@@ -561,3 +561,13 @@ func TestSessionReadableDuringHold(t *testing.T) {
 	once.Do(func() { close(release) })
 	<-done
 }
+
+// A buffered assistant message is bounded: past MaxUpstreamBytes the turn ends with an
+// error and none of it is shown.
+func TestDeltaBufferBounded(t *testing.T) {
+	h := newHarness(t, func(o *aap.Options) { o.MaxUpstreamBytes = 40 })
+	id := h.session()
+	_, body := h.do("POST", "/sessions/"+id+"/turns", turnBody("delta", userMsg("leak it")))
+	its := items(t, "delta", body)
+	require.Equal(t, []item{{Kind: "stop", Text: "error"}}, its)
+}

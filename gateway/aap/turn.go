@@ -682,7 +682,7 @@ type textBuffer struct {
 func (t *turn) roundSSE(resp *http.Response, rd *round) error {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), int(t.g.opts.MaxUpstreamBytes))
+	sc.Buffer(make([]byte, 0, 64<<10), int(max(t.g.opts.MaxUpstreamBytes, 64<<10)))
 	var tb textBuffer
 	var ev sseEvent
 	var data bytes.Buffer
@@ -770,6 +770,10 @@ func (t *turn) relay(ev sseEvent, tb *textBuffer, rd *round) (stop bool, err err
 			tb.buffering = t.g.opts.MayWithhold == nil || t.g.opts.MayWithhold()
 		}
 		tb.text.WriteString(d.Delta)
+		if tb.buffering && int64(tb.text.Len()) > t.g.opts.MaxUpstreamBytes {
+			// Nothing of it was shown; it cannot be decided whole, so it is not shown at all.
+			return false, fmt.Errorf("assistant message exceeds %d bytes while buffered for a decision", t.g.opts.MaxUpstreamBytes)
+		}
 		if tb.buffering {
 			tb.held = append(tb.held, ev.data)
 		} else {
