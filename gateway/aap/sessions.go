@@ -214,7 +214,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	s.applyAgent(agent)
 	s.applyClientTools(toolNames, req.has("tools"))
 
-	st := &stepper{sessionID: s.vigilID, agent: g.aosAgent(ai, s.options), turnID: "seed"}
+	st := &stepper{sessionID: s.vigilID, upstream: g.opts.Name, agent: g.aosAgent(ai, s.options), turnID: "seed"}
 	meta := g.requestMeta(r)
 	for i, m := range seeds {
 		v, refused, err := g.decideSeed(r.Context(), st, meta, m, i)

@@ -29,6 +29,7 @@ const (
 // stepper builds the AOS steps of one session's traffic.
 type stepper struct {
 	sessionID string
+	upstream  string
 	agent     aos.Agent
 	turnID    string
 	next      int
@@ -38,7 +39,7 @@ func (s *stepper) context(now string) aos.StepContext {
 	s.next++
 	return aos.StepContext{
 		Agent:     s.agent,
-		Session:   aos.Session{ID: s.sessionID, Metadata: map[string]any{"protocol": "aap"}},
+		Session:   aos.Session{ID: s.sessionID, Metadata: map[string]any{"protocol": "aap", "upstream": s.upstream}},
 		TurnID:    s.turnID,
 		StepID:    "s" + strconv.Itoa(s.next),
 		Timestamp: now,

@@ -183,7 +183,7 @@ func (g *Gateway) handleTurn(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
 	t := &turn{g: g, s: s, r: r, w: w, rc: rc, mode: tr.mode, meta: g.requestMeta(r),
-		st: stepper{sessionID: s.vigilID, agent: g.aosAgent(s.agent, s.options),
+		st: stepper{sessionID: s.vigilID, upstream: g.opts.Name, agent: g.aosAgent(s.agent, s.options),
 			turnID: "turn-" + strconv.FormatInt(now.UnixNano(), 36)}}
 	t.run(tr)
 }
