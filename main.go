@@ -80,6 +80,8 @@ type Config struct {
 	// (or, without accounts, one address's).
 	MaxLiveClients   int
 	MaxLivePerClient int
+	// AAP lists the AAP gateways' upstreams as NAME=URL, served at /aap/NAME/.
+	AAP aapSpecs
 }
 
 func main() {
@@ -224,6 +226,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.DefaultDecision, "default-decision", "allow", "decision when no rule matches: allow or deny")
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
 	fset.DurationVar(&cfg.RuleBudget, "rule-budget", 100*time.Millisecond, "time one rule may take on one step; past it the rule fails (see -on-rule-error); 0 = no time limit")
+	fset.Var(&cfg.AAP, "aap", "AAP v3 gateway NAME=URL: serve the AAP agent server at URL under /aap/NAME/, deciding every message and tool call (repeatable; VIGIL_AAP comma-separated)")
 	// Environment first, so flags on the command line win.
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
@@ -237,6 +240,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	if envErr != nil {
 		return cfg, envErr
 	}
+	cfg.AAP.fromEnv = true
 	if err := fset.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -206,3 +206,23 @@ func TestBashCompletion(t *testing.T) {
 		require.Equal(t, tc.want, strings.TrimSpace(string(out)), tc.words)
 	}
 }
+
+func TestAAPFlag(t *testing.T) {
+	cfg, err := parseConfig("serve", []string{"--aap", "a=http://127.0.0.1:3000", "--aap", "b=https://agents.example.com/aap"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a=http://127.0.0.1:3000", "b=https://agents.example.com/aap"}, cfg.AAP.list)
+
+	t.Setenv("VIGIL_AAP", "a=http://127.0.0.1:3000, b=http://127.0.0.1:3001")
+	cfg, err = parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a=http://127.0.0.1:3000", "b=http://127.0.0.1:3001"}, cfg.AAP.list)
+	cfg, err = parseConfig("serve", []string{"--aap", "c=http://127.0.0.1:3002"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c=http://127.0.0.1:3002"}, cfg.AAP.list, "the command line beats the environment")
+	os.Unsetenv("VIGIL_AAP")
+
+	for _, bad := range [][]string{{"--aap", "a"}, {"--aap", "a=ftp://x"}, {"--aap", "a=http://x", "--aap", "a=http://y"}, {"--aap", "a b=http://x"}} {
+		_, err := parseConfig("serve", bad, io.Discard)
+		require.ErrorContains(t, err, "aap", bad)
+	}
+}

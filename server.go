@@ -243,6 +243,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return fail(err)
 	}
+	aapGW := &aapDecider{}
+	aapRoutes, err := aapMounts(cfg, aapGW, az, engine, log)
+	if err != nil {
+		return fail(err)
+	}
+	gateways = append(gateways, aapRoutes...)
 	g, err = guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -273,6 +279,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
+	aapGW.g = g
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)

@@ -1,0 +1,418 @@
+package aap
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+)
+
+// session is what the gateway knows of one upstream session.
+type session struct {
+	id      string
+	vigilID string
+	// lock lets one turn of the session run at a time: the messages the gateway owes the
+	// upstream (pending) belong to the turn that follows.
+	lock chan struct{}
+
+	// mu guards serverTools, which GET /sessions reads while a turn may hold lock for as
+	// long as a hold waits; lock's holder writes it with mu held too.
+	mu          sync.Mutex
+	serverTools map[string]bool // enabled server tools → the client trusted it
+
+	// Guarded by lock.
+	agent       agentInfo
+	options     map[string]string // masked
+	clientTools map[string]bool
+	// pending are tool permissions and denial messages the gateway owes the upstream; they
+	// go up with the client's next turn (which carries the results of the client tools
+	// that were let through).
+	pending []json.RawMessage
+	// retrust is set for a session the upstream holds with trusted tools (created past the
+	// gateway): its next turn tells the upstream they need permission.
+	retrust bool
+}
+
+func (s *session) acquire(ctx context.Context) error {
+	select {
+	case s.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *session) release() { <-s.lock }
+
+func (s *session) applyAgent(a *agentConfig) {
+	if a == nil {
+		return
+	}
+	if a.hasTool {
+		tools := make(map[string]bool, len(a.tools))
+		for _, t := range a.tools {
+			tools[t.Name] = t.Trust
+		}
+		s.mu.Lock()
+		s.serverTools = tools
+		s.mu.Unlock()
+	}
+	if a.options != nil {
+		merged := make(map[string]string, len(s.options)+len(a.options))
+		for k, v := range s.options {
+			merged[k] = v
+		}
+		for k, v := range maskOptions(s.agent, a.options) {
+			merged[k] = v
+		}
+		s.options = merged
+	}
+}
+
+func (s *session) applyClientTools(names []string, has bool) {
+	if !has {
+		return
+	}
+	s.clientTools = make(map[string]bool, len(names))
+	for _, n := range names {
+		s.clientTools[n] = true
+	}
+}
+
+// sessionCache keeps the most recently used sessions, at most max.
+type sessionCache struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // of *session, most recent first
+	byID  map[string]*list.Element
+}
+
+func newSessionCache(max int) *sessionCache {
+	return &sessionCache{max: max, order: list.New(), byID: map[string]*list.Element{}}
+}
+
+func (c *sessionCache) get(id string) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byID[id]; ok {
+		c.order.MoveToFront(e)
+		return e.Value.(*session)
+	}
+	return nil
+}
+
+// put stores s unless a session of that id is already known, and returns the stored one.
+func (c *sessionCache) put(s *session) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byID[s.id]; ok {
+		c.order.MoveToFront(e)
+		return e.Value.(*session)
+	}
+	c.byID[s.id] = c.order.PushFront(s)
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.byID, last.Value.(*session).id)
+	}
+	return s
+}
+
+func (c *sessionCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byID[id]; ok {
+		c.order.Remove(e)
+		delete(c.byID, id)
+	}
+}
+
+func (g *Gateway) newSession(id string, ai agentInfo) *session {
+	return &session{id: id, vigilID: g.vigilSession(id), lock: make(chan struct{}, 1), agent: ai,
+		serverTools: map[string]bool{}, clientTools: map[string]bool{}}
+}
+
+// handleCreate is POST /sessions: the agent's trusted tools become untrusted upstream, the
+// session is created, and its seed messages are decided. A seed the rules deny or would
+// modify refuses the session: the upstream stored the history when it created the session,
+// so the gateway deletes it rather than leave an unjudged history behind.
+func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
+	body, ok := g.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := parseObject(body, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !req.has("agent") {
+		writeError(w, http.StatusBadRequest, "agent: required")
+		return
+	}
+	agent, err := parseAgentConfig(req.raw("agent"), "agent", true)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	elems, err := req.array("", "messages")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	seeds := make([]message, len(elems))
+	for i, e := range elems {
+		if seeds[i], err = parseMessage(e, fmt.Sprintf("messages[%d]", i), "system", "user", "assistant", "tool"); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	toolElems, err := req.array("", "tools")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	toolNames, err := parseToolSpecs("tools", toolElems)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req.set("agent", agent.obj.bytes())
+
+	ai := g.agent(r.Context(), r, agent.name)
+	resp, err := g.upstreamRequest(r.Context(), r, http.MethodPost, "/sessions", "", req.bytes())
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	answer, err := g.readUpstream(resp)
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	if resp.StatusCode/100 != 2 {
+		passBody(w, resp, answer)
+		return
+	}
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	if json.Unmarshal(answer, &created) != nil || created.SessionID == "" || aos.CheckID(g.vigilSession(created.SessionID)) != "" {
+		g.log.Warn("upstream created a session without a usable sessionId", "status", resp.StatusCode)
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("the AAP upstream %q answered POST /sessions without a usable sessionId", g.opts.Name))
+		return
+	}
+	s := g.newSession(created.SessionID, ai)
+	s.applyAgent(agent)
+	s.applyClientTools(toolNames, req.has("tools"))
+
+	st := &stepper{sessionID: s.vigilID, upstream: g.opts.Name, agent: g.aosAgent(ai, s.options), turnID: "seed"}
+	meta := g.requestMeta(r)
+	for i, m := range seeds {
+		v, refused, err := g.decideSeed(r.Context(), st, meta, m, i)
+		if err != nil || refused {
+			g.deleteUpstream(r, s.id)
+			var owner *aos.Error
+			if errors.As(err, &owner) {
+				writeError(w, http.StatusForbidden, owner.Message)
+				return
+			}
+			if err != nil {
+				g.log.Error("decide seed message", "session", s.vigilID, "err", err)
+				writeError(w, http.StatusInternalServerError, "Vigil could not decide the session's seed messages")
+				return
+			}
+			writeError(w, http.StatusForbidden, fmt.Sprintf("messages[%d]: %s", i, verdictMessage(v)))
+			return
+		}
+	}
+	g.sessions.put(s)
+	passBody(w, resp, answer)
+}
+
+func (g *Gateway) decideSeed(ctx context.Context, st *stepper, meta requestMetaT, m message, i int) (verdict, bool, error) {
+	now := g.opts.Now().UTC().Format(time.RFC3339Nano)
+	var step *aos.Step
+	var err error
+	switch m.role {
+	case "tool":
+		step, err = st.toolResultStep(now, m.toolCallID, m.content)
+	default:
+		role := m.role
+		if role == "assistant" {
+			role = aos.RoleAgent
+		}
+		step, err = st.messageStep(now, role, "seed-"+strconv.Itoa(i), m.content.texts())
+	}
+	if err != nil {
+		return verdict{}, false, err
+	}
+	v, _, err := g.opts.Decider.DecideStep(ctx, step, meta)
+	if err != nil {
+		return v, false, err
+	}
+	if v.Decision == modify {
+		v.Message = "Vigil would redact this seed message, and the upstream already holds it; send the history redacted. " + v.Message
+	}
+	return v, v.Decision != allow, nil
+}
+
+// deleteUpstream removes a session the gateway refused; the client never learns its id.
+func (g *Gateway) deleteUpstream(r *http.Request, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	defer cancel()
+	resp, err := g.upstreamRequest(ctx, r, http.MethodDelete, "/sessions/"+url.PathEscape(id), "", nil)
+	if err != nil {
+		g.log.Warn("delete refused session", "session", id, "err", err)
+		return
+	}
+	resp.Body.Close()
+}
+
+func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
+	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions", r.URL.RawQuery, nil)
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	b, err := g.readUpstream(resp)
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		b = g.restoreTrustList(b)
+	}
+	passBody(w, resp, b)
+}
+
+func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions/"+url.PathEscape(id), r.URL.RawQuery, nil)
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	b, err := g.readUpstream(resp)
+	if err != nil {
+		g.unreachable(w, err)
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		if o, err := parseObject(b, ""); err == nil {
+			b = g.restoreTrust(o).bytes()
+		}
+	}
+	passBody(w, resp, b)
+}
+
+// restoreTrust shows a session's server tools with the trust the client gave them: the
+// upstream holds them all untrusted, as the gateway asked.
+func (g *Gateway) restoreTrust(o *object) *object {
+	id, _ := o.str("", "sessionId", false)
+	s := g.sessions.get(id)
+	if s == nil || !o.has("agent") {
+		return o
+	}
+	s.mu.Lock()
+	trusted := s.serverTools
+	s.mu.Unlock()
+	agent, err := parseObject(o.raw("agent"), "agent")
+	if err != nil {
+		return o
+	}
+	elems, err := agent.array("agent", "tools")
+	if err != nil || elems == nil {
+		return o
+	}
+	out := make([]json.RawMessage, len(elems))
+	for i, e := range elems {
+		to, err := parseObject(e, "tool")
+		if err != nil {
+			return o
+		}
+		name, _ := to.str("", "name", false)
+		if trusted[name] {
+			to.set("trust", json.RawMessage("true"))
+		}
+		out[i] = to.bytes()
+	}
+	agent.set("tools", mustJSON(out))
+	o.set("agent", agent.bytes())
+	return o
+}
+
+func (g *Gateway) restoreTrustList(b []byte) []byte {
+	o, err := parseObject(b, "")
+	if err != nil {
+		return b
+	}
+	elems, err := o.array("", "sessions")
+	if err != nil || elems == nil {
+		return b
+	}
+	out := make([]json.RawMessage, len(elems))
+	for i, e := range elems {
+		so, err := parseObject(e, "session")
+		if err != nil {
+			return b
+		}
+		out[i] = g.restoreTrust(so).bytes()
+	}
+	o.set("sessions", mustJSON(out))
+	return o.bytes()
+}
+
+// lookup returns the session of a turn: known, or read from the upstream (after a restart,
+// or for a session created elsewhere). A nil session with a nil error means the upstream's
+// answer was passed to the client (a 404).
+func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request, id string) (*session, error) {
+	if s := g.sessions.get(id); s != nil {
+		return s, nil
+	}
+	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions/"+url.PathEscape(id), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	b, err := g.readUpstream(resp)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		passBody(w, resp, b)
+		return nil, nil
+	}
+	o, err := parseObject(b, "")
+	if err != nil || !o.has("agent") {
+		return nil, &errUpstream{fmt.Errorf("GET /sessions/%s: unreadable session", id)}
+	}
+	agent, err := parseAgentConfig(o.raw("agent"), "agent", true)
+	if err != nil {
+		return nil, &errUpstream{fmt.Errorf("GET /sessions/%s: %w", id, err)}
+	}
+	if aos.CheckID(g.vigilSession(id)) != "" {
+		return nil, &errUpstream{fmt.Errorf("session id of %d bytes is too long", len(id))}
+	}
+	s := g.newSession(id, g.agent(r.Context(), r, agent.name))
+	s.applyAgent(agent)
+	untrusted := make(map[string]bool, len(agent.tools))
+	for _, t := range agent.tools {
+		// A tool the upstream trusts would run without asking; the next turn tells it
+		// otherwise.
+		untrusted[t.Name] = false
+		s.retrust = s.retrust || t.Trust
+	}
+	s.serverTools = untrusted
+	tools, _ := o.array("", "tools")
+	names, _ := parseToolSpecs("tools", tools)
+	s.applyClientTools(names, true)
+	return g.sessions.put(s), nil
+}
