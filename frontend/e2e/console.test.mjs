@@ -590,12 +590,20 @@ describe('accessibility', () => {
       await page.setViewportSize({ width: 1440, height: 900 });
     }
     assert.deepEqual(problems, []);
-    await page.goto(`${guardian.url}/#/held`);
-    await page.getByTestId('approve').waitFor();
-    await page.waitForTimeout(700);
-    await page.getByTestId('approve').click();
-    await page.getByRole('button', { name: 'Send now' }).click();
-    assert.equal((await hold.promise).result?.decision, 'allow');
+    // The hold was there to be looked at; end it so the tests after this one find no queue.
+    // (Four passes over every page can outlast its timeout on a busy machine: then it is over.)
+    if (!hold.settled()) {
+      const res = await fetch(`${guardian.url}/api/holds?status=pending`);
+      for (const h of (await res.json()).holds ?? []) {
+        if (h.sessionId !== `${session}-axe`) continue;
+        await fetch(`${guardian.url}/api/holds/${h.id}/deny`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ operator: 'tess' }),
+        });
+      }
+    }
+    assert.equal((await hold.promise).result?.decision, 'deny');
   });
 });
 
