@@ -38,6 +38,7 @@ type server struct {
 	closers []func()
 	holds   *holds.Manager
 	rules   *rulesapi.Service
+	obs     *observability
 }
 
 // ReloadRules reads the rules file again (SIGHUP).
@@ -138,6 +139,18 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		hub.Run(runCtx)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
+	// Steps and holds reach the live hub through the fan-out that feeds metrics, traces
+	// and webhooks.
+	obs, err := startObservability(runCtx, cfg, log, hub, db, cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url))
+	if err != nil {
+		cancel()
+		<-hubDone
+		_ = ln.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, obs.Close)
+	s.obs = obs
 	authDone := make(chan struct{})
 	go func() {
 		defer close(authDone)
@@ -177,6 +190,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	fail := func(err error) (*server, error) {
 		cancel()
 		<-hubDone
+		obs.Close()
 		_ = ln.Close()
 		_ = db.Close()
 		return nil, err
@@ -197,7 +211,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 
 	hm := holds.NewManager(holds.Options{
 		Store:          db,
-		Publish:        hub.Publish,
+		Publish:        obs.fan.Publish,
 		ValidateParams: guardian.ValidateParams,
 		Remember: func(ctx context.Context, r rules.Rule) error {
 			return rs.Upsert(ctx, r, "approve-and-remember")
@@ -220,6 +234,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		limitHeldMemory(runCtx, hm.PendingBytes)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-limitDone })
+	obs.watch(engine, hm, hub, db)
 
 	g, err := guardian.New(guardian.Config{
 		Version:      version,
@@ -235,7 +250,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Store:     db,
 		Logger:    log,
 		UI:        uiFS(),
-		Publisher: hub,
+		Publisher: obs.fan,
 		Holds:     guardian.ManagerHolds{M: hm},
 		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
 		Mount: []func(*http.ServeMux){
@@ -244,6 +259,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			rs.Register,
 			az.Register,
 			compare.New(db, log).Register,
+			obs.mount(az.AuthorizeRequest),
 		},
 		CheckAgent: auth.CheckAgent,
 		KeyOf:      auth.KeyOf,

@@ -24,10 +24,15 @@ import (
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// Options are the sources read at scrape time; any may be nil.
+// Options configure the metrics.
 type Options struct {
 	// Version is reported by vigil_build_info.
 	Version string
+}
+
+// Sources are the guardian's parts read at scrape time; any may be nil. They are given
+// after New (Watch), since the parts are built after the event stream they publish to.
+type Sources struct {
 	// RuleStats returns the loaded rules' counters by rule id (rules.Engine.Stats).
 	RuleStats func() map[string]rules.RuleStats
 	// PendingHolds returns the number of holds waiting for an operator.
@@ -57,6 +62,8 @@ type Metrics struct {
 	// than counting. series bounds how many the cache (and the metric) may hold.
 	stepCounters sync.Map // stepKey → prometheus.Counter
 	series       atomic.Int64
+	// sources are read at scrape time (nil before Watch).
+	sources atomic.Pointer[Sources]
 	// upstreamSeries bounds the gateway error series the same way.
 	upstreamMu     sync.Mutex
 	upstreamSeries map[[2]string]prometheus.Counter
@@ -128,10 +135,13 @@ func New(opts Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo,
 		m.steps, m.decisionTime, m.heldSteps, m.holdsCreated, m.holdsResolved, m.reviewTime, m.upstreamErrors,
-		&scrapeCollector{opts: opts},
+		&scrapeCollector{m: m},
 	)
 	return m
 }
+
+// Watch sets the parts read at scrape time.
+func (m *Metrics) Watch(src Sources) { m.sources.Store(&src) }
 
 // Registry is where other parts register their own collectors (webhooks, traces).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
@@ -231,7 +241,7 @@ func (m *Metrics) UpstreamError(gateway, reason string) {
 }
 
 // scrapeCollector reads the guardian's parts when scraped.
-type scrapeCollector struct{ opts Options }
+type scrapeCollector struct{ m *Metrics }
 
 var (
 	ruleEvaluations = prometheus.NewDesc("vigil_rule_evaluations_total",
@@ -277,7 +287,10 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
-	o := c.opts
+	o := c.m.sources.Load()
+	if o == nil {
+		return
+	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}

@@ -65,8 +65,8 @@ func holdEvent(t *testing.T, typ, status string, wait time.Duration) storage.Eve
 }
 
 func TestScrape(t *testing.T) {
-	m := metrics.New(metrics.Options{
-		Version: "1.2.3",
+	m := metrics.New(metrics.Options{Version: "1.2.3"})
+	m.Watch(metrics.Sources{
 		RuleStats: func() map[string]rules.RuleStats {
 			return map[string]rules.RuleStats{"no-rm": {Evaluations: 10, Matches: 3, Errors: 1, TotalMicros: 2500}}
 		},
