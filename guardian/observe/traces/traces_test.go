@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -323,4 +324,18 @@ func TestStandardEnvironment(t *testing.T) {
 func TestUnknownProtocol(t *testing.T) {
 	_, err := traces.NewExporter(context.Background(), "http/json", nil, nil)
 	require.ErrorContains(t, err, `"http/json" is not supported`)
+}
+
+// BenchmarkStep is the traces consumer's cost per step (decoding the stored request and
+// answer, building the span, batching it), on its own goroutine.
+func BenchmarkStep(b *testing.B) {
+	tr, err := traces.New(context.Background(), traces.Options{Exporter: tracetest.NewNoopExporter()})
+	require.NoError(b, err)
+	defer tr.Shutdown(context.Background())
+	rec := steps()[1]
+	rec.Held = false
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.Step(context.Background(), rec)
+	}
 }
