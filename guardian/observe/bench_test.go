@@ -23,12 +23,18 @@ import (
 )
 
 // BenchmarkAOSEndpointBare is guardian.BenchmarkAOSEndpoint (the whole /aos path through
-// the handler) with no publisher; BenchmarkAOSEndpointObserved the same with the fan-out
-// the server runs: metrics inline, traces (to an exporter that discards) and a webhook
-// target for denials queued. Their difference is the fan-out's cost per step on the
-// step's path; the traces consumer's own work happens on its goroutine (its CPU shows in
-// cpu-ns/op).
+// the handler) with no publisher. BenchmarkAOSEndpointMetrics adds the fan-out as
+// `vigil serve` runs it by default: metrics counted inline. BenchmarkAOSEndpointObserved
+// adds traces (to an exporter that discards) and a webhook target for denials, both
+// queued: their work happens on their own goroutines, so it shows in cpu-ns/op, and
+// trace-drops/op is the share of steps the traces consumer missed when the benchmark
+// keeps both cores busy with requests.
 func BenchmarkAOSEndpointBare(b *testing.B) { benchAOS(b, nil) }
+
+func BenchmarkAOSEndpointMetrics(b *testing.B) {
+	f := observe.New(nil, []observe.Inline{metrics.New(metrics.Options{})}, nil, nil)
+	benchAOS(b, f)
+}
 
 func BenchmarkAOSEndpointObserved(b *testing.B) {
 	m := metrics.New(metrics.Options{})

@@ -11,6 +11,7 @@
 package traces
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -208,19 +209,11 @@ func SpanID(rec *storage.StepRecord) trace.SpanID {
 // maxContent bounds one content attribute; collectors refuse very large spans.
 const maxContent = 16 << 10
 
-// request is the part of a stored AOS request a span reports.
-type request struct {
+// mcpRequest is the part of a stored protocols/MCP request a span reports: the MCP
+// message's id and, for tools/call, its arguments; wrapped in params.message, or inline in
+// params.
+type mcpRequest struct {
 	Params struct {
-		ExecutionID     string `json:"executionId"`
-		ToolCallRequest struct {
-			ExecutionID string          `json:"executionId"`
-			Inputs      json.RawMessage `json:"inputs"`
-		} `json:"toolCallRequest"`
-		ToolCallResult struct {
-			ExecutionID string `json:"executionId"`
-		} `json:"toolCallResult"`
-		// MCP: the message's id and, for tools/call, its arguments; wrapped in message,
-		// or inline in params.
 		Message mcpMessage `json:"message"`
 		mcpMessage
 	} `json:"params"`
@@ -250,8 +243,6 @@ func (t *Tracer) Step(ctx context.Context, rec *storage.StepRecord) {
 	end := start.Add(time.Duration(rec.LatencyMicros) * time.Microsecond)
 	tid, sid := TraceID(rec), SpanID(rec)
 
-	var req request
-	_ = json.Unmarshal(rec.Request, &req) // a partial read still names what it can
 	var ans answer
 	_ = json.Unmarshal(rec.Response, &ans)
 
@@ -302,11 +293,21 @@ func (t *Tracer) Step(ctx context.Context, rec *storage.StepRecord) {
 	callID := ""
 	switch rec.Kind {
 	case "toolCall":
-		callID = req.Params.ToolCallRequest.ExecutionID
-		args = req.Params.ToolCallRequest.Inputs
+		var tc struct {
+			ExecutionID string          `json:"executionId"`
+			Inputs      json.RawMessage `json:"inputs"`
+		}
+		if v := member(rec.Request, "toolCallRequest"); v != nil && json.Unmarshal(v, &tc) == nil {
+			callID, args = tc.ExecutionID, tc.Inputs
+		}
 	case "toolResult":
-		callID = cmpOr(req.Params.ExecutionID, req.Params.ToolCallResult.ExecutionID)
+		var id string
+		if v := member(rec.Request, "executionId"); v != nil && json.Unmarshal(v, &id) == nil {
+			callID = id
+		}
 	case "mcp":
+		var req mcpRequest
+		_ = json.Unmarshal(rec.Request, &req) // a partial read still names what it can
 		m := req.Params.Message
 		if m.ID == nil && m.Params.Arguments == nil {
 			m = req.Params.mcpMessage
@@ -374,6 +375,30 @@ func (t *Tracer) holdSpan(ctx context.Context, rec *storage.StepRecord, tid trac
 	hctx := context.WithValue(ctx, idsKey{}, spanIDs{trace: tid, span: hash8("vigil-hold", h.ID)})
 	_, span := t.tracer.Start(hctx, "vigil.hold", trace.WithTimestamp(h.CreatedAt), trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(end))
+}
+
+// member returns the value of the first member named key in a stored request, without
+// decoding the rest: a tool call's request is mostly its agent context, and decoding all
+// of it for two fields cost most of a span. In valid JSON a quoted name followed by a
+// colon is always a member name; one nested in the context, named the same, would be
+// found first, and the span would report the agent's own value from there.
+func member(raw []byte, key string) json.RawMessage {
+	quoted := `"` + key + `"`
+	for off := 0; ; {
+		i := bytes.Index(raw[off:], []byte(quoted))
+		if i < 0 {
+			return nil
+		}
+		rest := bytes.TrimLeft(raw[off+i+len(quoted):], " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			var v json.RawMessage
+			if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&v) != nil {
+				return nil
+			}
+			return v
+		}
+		off += i + len(quoted)
+	}
 }
 
 // clip bounds a content attribute and keeps it valid UTF-8 (OTLP refuses other strings).

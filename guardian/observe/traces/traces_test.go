@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -334,6 +336,10 @@ func BenchmarkStep(b *testing.B) {
 	defer tr.Shutdown(context.Background())
 	rec := steps()[1]
 	rec.Held = false
+	// The request as agents send it: mostly the agent's context.
+	req, err := os.ReadFile(filepath.Join("..", "..", "aos", "testdata", "toolCallRequest.json"))
+	require.NoError(b, err)
+	rec.Request = req
 	b.ReportAllocs()
 	for b.Loop() {
 		tr.Step(context.Background(), rec)
