@@ -51,8 +51,11 @@ type Consumer struct {
 	StepFilter func(rec *storage.StepRecord) bool
 	// Events are the non-step event types wanted (storage.EventHoldCreated, …).
 	Events []string
-	// Queue bounds the events waiting for Handle (default 4096).
-	Queue int
+	// Queue bounds the events waiting for Handle (default 4096), QueueBytes their size
+	// (a step's request and answer, an event's payload; default 64 MiB): a step's request
+	// may be megabytes, and a queue of them must not hold the memory the hold limits keep.
+	Queue      int
+	QueueBytes int64
 	// Handle processes one event in the consumer's goroutine. It may block (it delays
 	// only this consumer); ctx ends when the fan-out stops.
 	Handle func(ctx context.Context, it Item)
@@ -71,6 +74,16 @@ type queue struct {
 	c                Consumer
 	ch               chan Item
 	handled, dropped atomic.Int64
+	// bytes is the size of the queued items (itemSize).
+	bytes atomic.Int64
+}
+
+// itemSize is what a queued item holds on to.
+func itemSize(it Item) int64 {
+	if it.Step != nil {
+		return int64(len(it.Step.Request) + len(it.Step.Response) + len(it.Step.Text))
+	}
+	return int64(len(it.Event.Payload))
 }
 
 // Fanout passes events to the next publisher and offers them to the consumers. Build it
@@ -88,8 +101,11 @@ type Fanout struct {
 	started atomic.Bool
 }
 
-// DefaultQueue is a queued consumer's queue bound when Consumer.Queue is 0.
-const DefaultQueue = 4096
+// Default bounds of a queued consumer's queue.
+const (
+	DefaultQueue      = 4096
+	DefaultQueueBytes = 64 << 20
+)
 
 // New builds a fan-out in front of next (nil: consumers only).
 func New(next Publisher, inline []Inline, consumers []Consumer, log *slog.Logger) *Fanout {
@@ -103,6 +119,9 @@ func New(next Publisher, inline []Inline, consumers []Consumer, log *slog.Logger
 		}
 		if c.Queue <= 0 {
 			c.Queue = DefaultQueue
+		}
+		if c.QueueBytes <= 0 {
+			c.QueueBytes = DefaultQueueBytes
 		}
 		q := &queue{c: c, ch: make(chan Item, c.Queue)}
 		f.queues = append(f.queues, q)
@@ -150,17 +169,40 @@ func (f *Fanout) Publish(ev storage.Event) {
 	if len(qs) == 0 || f.stopped.Load() {
 		return
 	}
-	// One copy shared by the consumers, which only read it.
-	ev.Payload = slices.Clone(ev.Payload)
+	// One copy shared by the consumers, which only read it; none for consumers whose
+	// queue could not take it anyway.
+	var copied bool
 	for _, q := range qs {
+		if !q.room(int64(len(ev.Payload))) {
+			q.dropped.Add(1)
+			continue
+		}
+		if !copied {
+			ev.Payload, copied = slices.Clone(ev.Payload), true
+		}
 		q.offer(Item{Event: ev})
 	}
 }
 
+// room reports whether n more bytes fit the queue's byte bound (an empty queue takes any
+// one item, so that a large one is not refused for ever). Publishers racing past the check
+// together can exceed the bound by one item each.
+func (q *queue) room(n int64) bool {
+	b := q.bytes.Load()
+	return b == 0 || b+n <= q.c.QueueBytes
+}
+
 func (q *queue) offer(it Item) {
+	n := itemSize(it)
+	if !q.room(n) {
+		q.dropped.Add(1)
+		return
+	}
+	q.bytes.Add(n)
 	select {
 	case q.ch <- it:
 	default:
+		q.bytes.Add(-n)
 		q.dropped.Add(1)
 	}
 }
@@ -210,5 +252,6 @@ func (q *queue) handle(ctx context.Context, it Item, log *slog.Logger) {
 		}
 	}()
 	q.handled.Add(1)
+	defer q.bytes.Add(-itemSize(it))
 	q.c.Handle(ctx, it)
 }

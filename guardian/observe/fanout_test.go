@@ -154,3 +154,31 @@ func BenchmarkPublishStep(b *testing.B) {
 		}
 	})
 }
+
+// TestFanoutBoundsBytes: a consumer's queue holds at most QueueBytes of steps' requests
+// and events' payloads, whatever their number.
+func TestFanoutBoundsBytes(t *testing.T) {
+	stuck := make(chan struct{})
+	defer close(stuck)
+	entered := make(chan struct{}, 1)
+	f := observe.New(nil, nil, []observe.Consumer{{Name: "slow", Steps: true, Events: []string{"e"}, Queue: 1000, QueueBytes: 2500,
+		Handle: func(ctx context.Context, _ observe.Item) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			select {
+			case <-stuck:
+			case <-ctx.Done():
+			}
+		}}}, nil)
+	run(t, f)
+	big := make([]byte, 1000)
+	f.PublishStep(&storage.StepRecord{Request: big})
+	<-entered // in hand: still counted until handled
+	f.PublishStep(&storage.StepRecord{Request: big})
+	f.Publish(storage.Event{Type: "e", Payload: big})
+	f.PublishStep(&storage.StepRecord{Request: big})
+	f.Publish(storage.Event{Type: "e", Payload: big})
+	require.Equal(t, observe.ConsumerStats{Name: "slow", Queued: 1, Handled: 1, Dropped: 3}, f.Stats()[0])
+}

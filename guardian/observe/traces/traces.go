@@ -419,10 +419,3 @@ func trimQuotes(b []byte) []byte {
 	}
 	return b
 }
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
