@@ -345,3 +345,46 @@ func BenchmarkStep(b *testing.B) {
 		tr.Step(context.Background(), rec)
 	}
 }
+
+// TestToolCallIDs: the call id and arguments come from each kind's own place in the
+// request: toolCallRequest.executionId, a result's executionId, an MCP message's id
+// (wrapped in params.message or inline).
+func TestToolCallIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name, kind, tool, request string
+		span, callID, args        string
+	}{
+		{name: "tool call", kind: "toolCall", tool: "lookup",
+			request: `{"params":{"context":{"metadata":{"note":"\"toolCallRequest\": {}"}},"toolCallRequest":{"executionId":"e-1","toolId":"lookup","inputs":[{"name":"q","value":1}]}}}`,
+			span:    "execute_tool lookup", callID: "e-1", args: `[{"name":"q","value":1}]`},
+		{name: "tool result", kind: "toolResult", tool: "lookup",
+			request: `{"params":{"executionId":"e-2","result":{"outputs":[]}}}`, span: "vigil steps/x", callID: "e-2"},
+		{name: "mcp wrapped", kind: "mcp", tool: "read_file",
+			request: `{"params":{"message":{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/a"}}}}}`,
+			span:    "execute_tool read_file", callID: "17", args: `{"path":"/a"}`},
+		{name: "mcp inline", kind: "mcp", tool: "write_file",
+			request: `{"params":{"jsonrpc":"2.0","id":"r-18","method":"tools/call","params":{"name":"write_file","arguments":{"path":"/b"}}}}`,
+			span:    "execute_tool write_file", callID: "r-18", args: `{"path":"/b"}`},
+		{name: "unreadable", kind: "toolCall", tool: "t", request: `{"params":{"toolCallRequest":`, span: "execute_tool t"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := tracetest.NewInMemoryExporter()
+			tr, err := traces.New(context.Background(), traces.Options{Exporter: mem, Content: true})
+			require.NoError(t, err)
+			tr.Step(context.Background(), &storage.StepRecord{Seq: 1, SessionID: "s", Method: "steps/x", Kind: tc.kind, Tool: tc.tool,
+				Decision: "allow", ReceivedAt: t0, Request: json.RawMessage(tc.request), Response: json.RawMessage(`null`)})
+			require.NoError(t, tr.ForceFlush(context.Background()))
+			spans := mem.GetSpans()
+			require.Len(t, spans, 1)
+			require.Equal(t, tc.span, spans[0].Name)
+			got := map[string]string{}
+			for _, kv := range spans[0].Attributes {
+				got[string(kv.Key)] = kv.Value.Emit()
+			}
+			require.Equal(t, tc.callID, got["gen_ai.tool.call.id"])
+			if tc.args != "" {
+				require.JSONEq(t, tc.args, got["gen_ai.tool.call.arguments"])
+			}
+		})
+	}
+}
