@@ -379,7 +379,7 @@ func TestToolCallIDs(t *testing.T) {
 			require.Equal(t, tc.span, spans[0].Name)
 			got := map[string]string{}
 			for _, kv := range spans[0].Attributes {
-				got[string(kv.Key)] = kv.Value.Emit()
+				got[string(kv.Key)] = kv.Value.String()
 			}
 			require.Equal(t, tc.callID, got["gen_ai.tool.call.id"])
 			if tc.args != "" {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -285,6 +286,12 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, dl delivery) (statu
 	}
 	resp, err := d.opts.Client.Do(req)
 	if err != nil {
+		// Without the URL the client's error names: its path is often the secret, and the
+		// error reaches the log and the status API.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return 0, 0, err
 	}
 	// Read a little of the answer so the connection can be reused; no more.

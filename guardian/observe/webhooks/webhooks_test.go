@@ -363,3 +363,17 @@ func BenchmarkHandle(b *testing.B) {
 		h(context.Background(), it)
 	}
 }
+
+// TestErrorsHideTheURL: a webhook URL's path is often its secret; a failed connection's
+// error, which the status API and the log show, must not carry it.
+func TestErrorsHideTheURL(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.Listener.Addr().String()
+	srv.Close() // nothing listens there now
+	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, "http://"+addr+"/services/SECRET")}, Attempts: 1})
+	start(t, d)
+	d.Consumer().Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 1))
+	s := waitFor(t, d, func(s webhooks.TargetStatus) bool { return s.Failed == 1 })
+	require.NotEmpty(t, s.LastError)
+	require.NotContains(t, s.LastError, "SECRET")
+}
