@@ -90,3 +90,29 @@ func benchAOS(b *testing.B, pub guardian.Publisher) {
 		}
 	})
 }
+
+// BenchmarkPublishStepServe is the fan-out's cost on a step's path as `vigil serve` runs
+// it with everything on: metrics counted inline, the step offered to the traces queue and
+// to the webhooks' filter (not a denial: not queued). The consumers' own work is measured
+// by their packages' benchmarks (traces.BenchmarkStep, webhooks.BenchmarkHandle); here
+// they do nothing, so that only the path's cost is measured.
+func BenchmarkPublishStepServe(b *testing.B) {
+	m := metrics.New(metrics.Options{})
+	target, err := webhooks.ParseTarget("http://127.0.0.1:1/#events=deny")
+	require.NoError(b, err)
+	hooks := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target}}).Consumer()
+	hooks.Handle = func(context.Context, observe.Item) {}
+	f := observe.New(nil, []observe.Inline{m}, []observe.Consumer{
+		{Name: "traces", Steps: true, Handle: func(context.Context, observe.Item) {}}, hooks,
+	}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	rec := &storage.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow", LatencyMicros: 150,
+		Request: make([]byte, 4096)}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.PublishStep(rec)
+	}
+}
