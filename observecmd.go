@@ -105,7 +105,11 @@ func startObservability(ctx context.Context, cfg Config, log *slog.Logger, hub *
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", o.metrics.Handler())
-		o.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		var h http.Handler = mux
+		if auth.IsLoopback(cfg.MetricsAddr) {
+			h = loopbackHostOnly(mux)
+		}
+		o.metricsSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() {
 			if err := o.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -178,6 +182,24 @@ func (o *observability) shutdownTracer() {
 	if err := o.tracer.Shutdown(ctx); err != nil {
 		o.log.Warn("export the last spans", "err", err)
 	}
+}
+
+// loopbackHostOnly refuses requests to a loopback listener whose Host is not a loopback
+// name: a web page could otherwise read it through DNS rebinding, as allowedHosts guards
+// the console against.
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "host "+r.Host+" is not served here", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func cmpOr(a, b string) string {

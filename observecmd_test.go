@@ -179,3 +179,17 @@ func TestMetricsNeedAConsoleSession(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.True(t, strings.Contains(w.Body.String(), "metrics-addr"))
 }
+
+func TestMetricsListenerRefusesOtherHosts(t *testing.T) {
+	h := loopbackHostOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	for host, want := range map[string]int{
+		"127.0.0.1:9464": http.StatusOK, "localhost:9464": http.StatusOK, "[::1]:9464": http.StatusOK,
+		"evil.example:9464": http.StatusMisdirectedRequest, "10.0.0.1": http.StatusMisdirectedRequest,
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.Host = host
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(t, want, w.Code, host)
+	}
+}

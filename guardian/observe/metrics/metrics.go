@@ -95,7 +95,7 @@ func New(opts Options) *Metrics {
 		}, []string{"method", "kind", "decision"}),
 		decisionTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "vigil_decision_duration_seconds",
-			Help:    "Time from a step's arrival to its stored decision, for steps that did not wait for an operator (held steps are in vigil_hold_review_duration_seconds).",
+			Help:    "Time from a step's arrival to its decision (its latencyMicros), for steps that did not wait for an operator (their wait is in vigil_hold_review_duration_seconds).",
 			Buckets: decisionBuckets,
 		}),
 		heldSteps: prometheus.NewCounter(prometheus.CounterOpts{

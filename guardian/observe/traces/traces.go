@@ -1,8 +1,8 @@
 // Package traces exports the guardian's decisions as OpenTelemetry spans over OTLP.
 //
 // Spans are built from the stored step records after the fact, in their own goroutine (an
-// observe.Consumer): a step's span starts when the step arrived and ends when its decision
-// was stored; a held step's wait for an operator is a child span, from the hold's creation
+// observe.Consumer): a step's span starts when the step arrived and ends when it was decided
+// (its latencyMicros); a held step's wait for an operator is a child span, from the hold's creation
 // to its decision. The ids are derived from what is stored, never random: every step of one
 // turn of a session shares a trace id, so a turn is one trace even across restarts, and a
 // step exported twice has the same span id. Attributes follow the OpenTelemetry GenAI
