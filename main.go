@@ -22,6 +22,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
 )
 
 //go:embed all:frontend/dist
@@ -82,6 +83,14 @@ type Config struct {
 	MaxLivePerClient int
 	// AAP lists the AAP gateways' upstreams as NAME=URL, served at /aap/NAME/.
 	AAP aapSpecs
+	// Observability: a metrics listener without authentication, OpenTelemetry traces
+	// (Traces is set by -otel-traces or the standard OTEL_* variables), webhooks.
+	MetricsAddr    string
+	Traces         bool
+	TracesProtocol string
+	TracesContent  bool
+	Webhooks       []webhooks.Target
+	WebhookSecret  string
 }
 
 func main() {
@@ -227,6 +236,20 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.OnRuleError, "on-rule-error", "deny", "decision when an enforced rule fails at run time: deny or allow")
 	fset.DurationVar(&cfg.RuleBudget, "rule-budget", 100*time.Millisecond, "time one rule may take on one step; past it the rule fails (see -on-rule-error); 0 = no time limit")
 	fset.Var(&cfg.AAP, "aap", "AAP v3 gateway NAME=URL: serve the AAP agent server at URL under /aap/NAME/, deciding every message and tool call (repeatable; VIGIL_AAP comma-separated)")
+	fset.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve GET /metrics here, without authentication, for scrapers (e.g. 127.0.0.1:9464); /metrics on -addr needs a console session")
+	fset.BoolVar(&cfg.Traces, "otel-traces", false, "export traces over OTLP (also on when OTEL_EXPORTER_OTLP_ENDPOINT is set or OTEL_TRACES_EXPORTER=otlp)")
+	fset.BoolVar(&cfg.TracesContent, "otel-content", false, "put step content (requests, tool arguments, answers) into exported spans")
+	fset.Func("webhook", "POST holds and denials to this URL (repeatable); options after #: events=hold.created,hold.resolved,step.denied|deny|all, format=json|slack, name=NAME", func(v string) error {
+		for _, spec := range strings.Fields(v) {
+			t, err := webhooks.ParseTarget(spec)
+			if err != nil {
+				return err
+			}
+			cfg.Webhooks = append(cfg.Webhooks, t)
+		}
+		return nil
+	})
+	fset.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "sign webhook deliveries with HMAC-SHA256 under this secret (X-Vigil-Signature); prefer VIGIL_WEBHOOK_SECRET")
 	// Environment first, so flags on the command line win.
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
@@ -247,6 +270,8 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	if fset.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fset.Arg(0))
 	}
+	on, protocol := otelTraces(os.LookupEnv)
+	cfg.Traces, cfg.TracesProtocol = cfg.Traces || on, protocol
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return cfg, errors.New("-tls-cert and -tls-key go together")
 	}

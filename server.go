@@ -38,6 +38,7 @@ type server struct {
 	closers []func()
 	holds   *holds.Manager
 	rules   *rulesapi.Service
+	obs     *observability
 }
 
 // ReloadRules reads the rules file again (SIGHUP).
@@ -155,6 +156,18 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		hub.Run(runCtx)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
+	// Steps and holds reach the live hub through the fan-out that feeds metrics, traces
+	// and webhooks.
+	obs, err := startObservability(runCtx, cfg, log, hub, db, cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url))
+	if err != nil {
+		cancel()
+		<-hubDone
+		_ = ln.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, obs.Close)
+	s.obs = obs
 	authDone := make(chan struct{})
 	go func() {
 		defer close(authDone)
@@ -194,6 +207,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	fail := func(err error) (*server, error) {
 		cancel()
 		<-hubDone
+		obs.Close()
 		_ = ln.Close()
 		_ = db.Close()
 		return nil, err
@@ -214,7 +228,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 
 	hm := holds.NewManager(holds.Options{
 		Store:          db,
-		Publish:        hub.Publish,
+		Publish:        obs.fan.Publish,
 		ValidateParams: guardian.ValidateParams,
 		Remember: func(ctx context.Context, r rules.Rule) error {
 			return rs.Upsert(ctx, r, "approve-and-remember")
@@ -237,6 +251,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		limitHeldMemory(runCtx, hm.PendingBytes)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-limitDone })
+	obs.watch(engine, hm, hub, db)
 
 	var g *guardian.Guardian
 	gateways, err := agentAPIRoutes(cfg, az, &g, log)
@@ -263,7 +278,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Store:     db,
 		Logger:    log,
 		UI:        uiFS(),
-		Publisher: hub,
+		Publisher: obs.fan,
 		Holds:     guardian.ManagerHolds{M: hm},
 		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
 		Mount: append([]func(*http.ServeMux){
@@ -272,6 +287,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			rs.Register,
 			az.Register,
 			compare.New(db, log).Register,
+			obs.mount(az.AuthorizeRequest),
 		}, gateways...),
 		CheckAgent: auth.CheckAgent,
 		KeyOf:      auth.KeyOf,

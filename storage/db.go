@@ -140,6 +140,8 @@ type DB struct {
 
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
+	// journalBytes is the size of both journal files, for IngestStats.
+	journalBytes atomic.Int64
 
 	// fileInfo is the database file as opened; watchFile compares the path with it and
 	// sets fileLost when the file was deleted or replaced. stopWatch ends watchFile.
@@ -165,6 +167,24 @@ type WriterStats struct {
 // WriterStats reports how many transactions the writer ran and how many writes they held.
 func (db *DB) WriterStats() WriterStats {
 	return WriterStats{Batches: db.batches.Load(), Ops: db.batchedOps.Load()}
+}
+
+// IngestStats is the step journal's backlog: what is durable but not yet in SQLite.
+type IngestStats struct {
+	// PendingSteps are journaled steps not yet stored in SQLite (the ingestion lag);
+	// PendingBytes their encoded size, before the writer takes them.
+	PendingSteps int64
+	PendingBytes int64
+	// JournalBytes is the size of the journal files.
+	JournalBytes int64
+}
+
+// IngestStats reports the ingestion backlog, for metrics.
+func (db *DB) IngestStats() IngestStats {
+	db.jmu.Lock()
+	pb := db.pendingBytes
+	db.jmu.Unlock()
+	return IngestStats{PendingSteps: db.pendingN.Load(), PendingBytes: int64(pb), JournalBytes: db.journalBytes.Load()}
 }
 
 // Open opens (creating if needed) the database at path, applies pending migrations and
@@ -371,6 +391,8 @@ func (db *DB) openJournal() ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		j.total = &db.journalBytes
+		db.journalBytes.Add(j.size)
 		db.journals[i] = j
 		all = append(all, recs...)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -93,4 +94,21 @@ func TestPageSize(t *testing.T) {
 	require.Equal(t, 4096, pageSizeOf(old))
 	save(t, old, step("s", "allow", 0))
 	require.Equal(t, 1, countRows(t, old, "steps"))
+}
+
+func TestIngestStatsCountsTheJournal(t *testing.T) {
+	// An ingestion delay longer than the test keeps the step in the journal until Flush.
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), Options{ManualIndex: true, IngestDelay: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	require.Zero(t, db.IngestStats().JournalBytes)
+	save(t, db, step("s1", "allow", 0))
+	st := db.IngestStats()
+	require.Positive(t, st.JournalBytes)
+	require.EqualValues(t, 1, st.PendingSteps)
+	require.Positive(t, st.PendingBytes)
+	require.NoError(t, db.Flush(context.Background()))
+	st = db.IngestStats()
+	require.Zero(t, st.PendingSteps)
+	require.Zero(t, st.JournalBytes, "an ingested journal is emptied")
 }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"sync/atomic"
 )
 
 // The step journal is how a step is stored before its answer goes out without waiting for
@@ -39,6 +40,9 @@ type journal struct {
 	f    *os.File
 	path string
 	size int64 // bytes of whole records in the file
+	// total, when set, is the size of every journal file together (DB.IngestStats reads
+	// it without the locks the writers hold).
+	total *atomic.Int64
 }
 
 // openJournal opens (creating if needed) the journal at path and returns the payloads of
@@ -145,6 +149,9 @@ func (j *journal) write(framed []byte) error {
 		return fmt.Errorf("storage: write step journal: %w", err)
 	}
 	j.size += int64(n)
+	if j.total != nil {
+		j.total.Add(int64(n))
+	}
 	return nil
 }
 
@@ -171,6 +178,9 @@ func (j *journal) reset() error {
 	}
 	if err := j.f.Truncate(0); err != nil {
 		return fmt.Errorf("storage: empty step journal: %w", err)
+	}
+	if j.total != nil {
+		j.total.Add(-j.size)
 	}
 	j.size = 0
 	return nil

@@ -14,6 +14,7 @@ import type {
   SearchPage,
   Session,
   Stats,
+  WebhookTarget,
   Step,
   StepHold,
   TestResult,
@@ -182,6 +183,10 @@ export class Api {
 
   stats() {
     return this.request<Stats>('GET', '/api/stats');
+  }
+
+  webhooks() {
+    return this.request<{ targets: WebhookTarget[] | null }>('GET', '/api/webhooks');
   }
 
   holds(status: HoldStatus | 'all' = 'pending') {

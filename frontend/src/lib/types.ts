@@ -204,6 +204,23 @@ export interface MinuteStats {
   hold: number;
 }
 
+/** One webhook target's delivery state (GET /api/webhooks). */
+export interface WebhookTarget {
+  name: string;
+  url: string;
+  events: string[];
+  format: string;
+  delivered: number;
+  failed: number;
+  dropped: number;
+  retries: number;
+  queued: number;
+  lastStatus?: number;
+  lastError?: string;
+  lastErrorAt?: string;
+  lastSuccessAt?: string;
+}
+
 export interface Stats {
   steps: number;
   sessions: number;

@@ -1,0 +1,411 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/guardian/observe"
+	"github.com/vigil-guardian/vigil/storage"
+)
+
+// Headers of a delivery.
+const (
+	// HeaderSignature is "sha256=" and the hex HMAC-SHA256, keyed with the secret, of
+	// HeaderTimestamp's value, a ".", and the body. Only sent when a secret is set.
+	HeaderSignature = "X-Vigil-Signature"
+	// HeaderTimestamp is the Unix time (seconds) the attempt was sent; receivers refuse
+	// old ones to stop replays.
+	HeaderTimestamp = "X-Vigil-Timestamp"
+	// HeaderEvent is the event type; HeaderDelivery the payload's id (the same on retries).
+	HeaderEvent    = "X-Vigil-Event"
+	HeaderDelivery = "X-Vigil-Delivery"
+)
+
+// Options configure a Dispatcher.
+type Options struct {
+	Targets []Target
+	// Secret signs deliveries (HeaderSignature); empty sends them unsigned.
+	Secret []byte
+	// PublicURL is the console's address, for deep links (no trailing slash).
+	PublicURL string
+	// Queue bounds each target's waiting deliveries (default 256).
+	Queue int
+	// Attempts is the most tries per delivery (default 5); Backoff the wait before the
+	// first retry (default 1s), doubled for each further one up to MaxBackoff (default 1m).
+	// A Retry-After answer sets the wait, up to MaxBackoff.
+	Attempts   int
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// Timeout bounds one attempt (default 10s).
+	Timeout time.Duration
+	// Client sends the requests (default: a client that follows no redirects).
+	Client *http.Client
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Version goes into the User-Agent.
+	Version string
+}
+
+func (o *Options) withDefaults() {
+	if o.Queue <= 0 {
+		o.Queue = 256
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 5
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = time.Minute
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{
+			// A redirect could carry the signed body to another host; receivers get their
+			// final address configured instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// delivery is one body for one target.
+type delivery struct {
+	event, id string
+	body      []byte
+}
+
+type target struct {
+	Target
+	q chan delivery
+	// Counters since start.
+	delivered, failed, dropped, retries atomic.Int64
+	mu                                  sync.Mutex
+	lastStatus                          int
+	lastError                           string
+	lastErrorAt, lastSuccessAt          time.Time
+}
+
+// Dispatcher delivers events to the targets.
+type Dispatcher struct {
+	opts    Options
+	targets []*target
+	log     *slog.Logger
+	started atomic.Bool
+}
+
+// New builds a dispatcher. Targets sharing a name get "-2", "-3"… appended.
+func New(opts Options) *Dispatcher {
+	opts.withDefaults()
+	d := &Dispatcher{opts: opts, log: opts.Logger.With("component", "webhooks")}
+	seen := map[string]int{}
+	for _, t := range opts.Targets {
+		seen[t.Name]++
+		if n := seen[t.Name]; n > 1 {
+			t.Name += "-" + strconv.Itoa(n)
+		}
+		d.targets = append(d.targets, &target{Target: t, q: make(chan delivery, opts.Queue)})
+	}
+	return d
+}
+
+// Consumer is the dispatcher's place on the event stream (observe.Fanout): the events
+// some target subscribed to.
+func (d *Dispatcher) Consumer() observe.Consumer {
+	c := observe.Consumer{Name: "webhooks", Handle: d.handle}
+	for _, t := range d.targets {
+		for _, e := range t.Events {
+			switch e {
+			case EventStepDenied:
+				c.Steps = true
+			default:
+				if !slices.Contains(c.Events, e) {
+					c.Events = append(c.Events, e)
+				}
+			}
+		}
+	}
+	c.StepFilter = func(rec *storage.StepRecord) bool { return rec.Decision == "deny" }
+	return c
+}
+
+// handle turns an event into deliveries and queues them, one per subscribed target.
+func (d *Dispatcher) handle(_ context.Context, it observe.Item) {
+	p := Payload{}
+	switch {
+	case it.Step != nil:
+		if it.Step.Decision != "deny" {
+			return
+		}
+		p.Type, p.At = EventStepDenied, it.Step.ReceivedAt
+		p.ID = "evt_" + strconv.FormatInt(it.Step.Seq, 10)
+		p.Step = stepInfo(it.Step)
+		p.URL = StepURL(d.opts.PublicURL, it.Step.SessionID, it.Step.Seq)
+	case it.Event.Type == storage.EventHoldCreated || it.Event.Type == storage.EventHoldResolved:
+		var h storage.Hold
+		if err := json.Unmarshal(it.Event.Payload, &h); err != nil {
+			d.log.Error("unreadable hold event", "seq", it.Event.Seq, "err", err)
+			return
+		}
+		p.Type, p.At = it.Event.Type, it.Event.At
+		p.ID = "evt_" + strconv.FormatInt(it.Event.Seq, 10)
+		p.Hold = holdInfo(&h)
+		p.URL = HoldURL(d.opts.PublicURL, h.ID)
+	default:
+		return
+	}
+	var bodies [2][]byte // json, slack: encoded once, shared by the targets
+	for _, t := range d.targets {
+		if !t.wants(p.Type) {
+			continue
+		}
+		i, v := 0, any(&p)
+		if t.Format == FormatSlack {
+			i, v = 1, slackMessage(&p)
+		}
+		if bodies[i] == nil {
+			b, err := json.Marshal(v)
+			if err != nil {
+				d.log.Error("encode webhook", "err", err)
+				return
+			}
+			bodies[i] = b
+		}
+		select {
+		case t.q <- delivery{event: p.Type, id: p.ID, body: bodies[i]}:
+		default:
+			t.dropped.Add(1)
+			t.setError(0, "queue full: delivery dropped", d.opts.Now())
+		}
+	}
+}
+
+// Run delivers queued events until ctx ends. Call it once.
+func (d *Dispatcher) Run(ctx context.Context) {
+	if !d.started.CompareAndSwap(false, true) {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, t := range d.targets {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case dl := <-t.q:
+					d.deliver(ctx, t, dl)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// errPermanent marks an answer a retry would not change (a 4xx other than 408 and 429).
+var errPermanent = errors.New("permanent")
+
+// deliver tries a delivery until it succeeds, fails for good, or runs out of attempts.
+func (d *Dispatcher) deliver(ctx context.Context, t *target, dl delivery) {
+	wait := d.opts.Backoff
+	for attempt := 1; ; attempt++ {
+		status, retryAfter, err := d.attempt(ctx, t, dl)
+		now := d.opts.Now()
+		if err == nil {
+			t.delivered.Add(1)
+			t.mu.Lock()
+			t.lastStatus, t.lastSuccessAt = status, now
+			t.mu.Unlock()
+			return
+		}
+		t.setError(status, err.Error(), now)
+		if errors.Is(err, errPermanent) || attempt >= d.opts.Attempts || ctx.Err() != nil {
+			t.failed.Add(1)
+			d.log.Warn("webhook delivery failed", "target", t.Name, "event", dl.event, "id", dl.id, "attempts", attempt, "err", err)
+			return
+		}
+		t.retries.Add(1)
+		pause := wait
+		if retryAfter > 0 {
+			pause = retryAfter
+		}
+		pause = min(pause, d.opts.MaxBackoff)
+		wait = min(wait*2, d.opts.MaxBackoff)
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			t.failed.Add(1)
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// attempt posts the delivery once.
+func (d *Dispatcher) attempt(ctx context.Context, t *target, dl delivery) (status int, retryAfter time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(dl.body))
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", errPermanent, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Vigil-Webhook/"+cmpOr(d.opts.Version, "dev"))
+	req.Header.Set(HeaderEvent, dl.event)
+	req.Header.Set(HeaderDelivery, dl.id)
+	if len(d.opts.Secret) > 0 {
+		ts := strconv.FormatInt(d.opts.Now().Unix(), 10)
+		req.Header.Set(HeaderTimestamp, ts)
+		req.Header.Set(HeaderSignature, Sign(d.opts.Secret, ts, dl.body))
+	}
+	resp, err := d.opts.Client.Do(req)
+	if err != nil {
+		// Without the URL the client's error names: its path is often the secret, and the
+		// error reaches the log and the status API.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, 0, err
+	}
+	// Read a little of the answer so the connection can be reused; no more.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		return c, 0, nil
+	case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			retryAfter = time.Duration(s) * time.Second
+		}
+		return c, retryAfter, fmt.Errorf("HTTP %d", c)
+	default:
+		return c, 0, fmt.Errorf("%w: HTTP %d", errPermanent, c)
+	}
+}
+
+// Sign is the HeaderSignature value of body sent at timestamp (Unix seconds, as in
+// HeaderTimestamp): "sha256=" and hex(HMAC-SHA256(secret, timestamp + "." + body)).
+func Sign(secret []byte, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+func (t *target) setError(status int, msg string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if status != 0 {
+		t.lastStatus = status
+	}
+	t.lastError, t.lastErrorAt = msg, at
+}
+
+// TargetStatus is one target's state, as GET /api/webhooks reports it.
+type TargetStatus struct {
+	Name string `json:"name"`
+	// URL is scheme and host only: the rest of a webhook URL is often its secret.
+	URL    string   `json:"url"`
+	Events []string `json:"events"`
+	Format string   `json:"format"`
+	// Delivered and Failed count deliveries (a failure after all its attempts), Dropped
+	// those refused by a full queue, Retries the attempts after a first failure.
+	Delivered int64 `json:"delivered"`
+	Failed    int64 `json:"failed"`
+	Dropped   int64 `json:"dropped"`
+	Retries   int64 `json:"retries"`
+	Queued    int   `json:"queued"`
+	// LastStatus is the HTTP status of the last answer (0 before any).
+	LastStatus    int       `json:"lastStatus,omitempty"`
+	LastError     string    `json:"lastError,omitempty"`
+	LastErrorAt   time.Time `json:"lastErrorAt,omitzero"`
+	LastSuccessAt time.Time `json:"lastSuccessAt,omitzero"`
+}
+
+// Status reports every target.
+func (d *Dispatcher) Status() []TargetStatus {
+	out := make([]TargetStatus, 0, len(d.targets))
+	for _, t := range d.targets {
+		t.mu.Lock()
+		s := TargetStatus{
+			Name: t.Name, URL: t.Redacted(), Events: t.Events, Format: t.Format,
+			Delivered: t.delivered.Load(), Failed: t.failed.Load(), Dropped: t.dropped.Load(),
+			Retries: t.retries.Load(), Queued: len(t.q),
+			LastStatus: t.lastStatus, LastError: t.lastError, LastErrorAt: t.lastErrorAt, LastSuccessAt: t.lastSuccessAt,
+		}
+		t.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Register adds GET /api/webhooks (the targets' status) to the console API.
+func (d *Dispatcher) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/webhooks", func(w http.ResponseWriter, _ *http.Request) {
+		apijson.Write(w, http.StatusOK, map[string]any{"targets": d.Status()})
+	})
+}
+
+var (
+	deliveriesDesc = prometheus.NewDesc("vigil_webhook_deliveries_total",
+		"Webhook deliveries by target and outcome: delivered, failed (after every attempt, or refused), dropped (queue full).",
+		[]string{"target", "outcome"}, nil)
+	retriesDesc = prometheus.NewDesc("vigil_webhook_retries_total",
+		"Webhook delivery attempts after a failed one.", []string{"target"}, nil)
+	queueDesc = prometheus.NewDesc("vigil_webhook_queue_length",
+		"Webhook deliveries waiting.", []string{"target"}, nil)
+	lastSuccessDesc = prometheus.NewDesc("vigil_webhook_last_success_timestamp_seconds",
+		"Unix time of the target's last successful delivery (0 before any).", []string{"target"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (d *Dispatcher) Describe(ch chan<- *prometheus.Desc) {
+	ch <- deliveriesDesc
+	ch <- retriesDesc
+	ch <- queueDesc
+	ch <- lastSuccessDesc
+}
+
+// Collect implements prometheus.Collector.
+func (d *Dispatcher) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range d.Status() {
+		for outcome, n := range map[string]int64{"delivered": s.Delivered, "failed": s.Failed, "dropped": s.Dropped} {
+			ch <- prometheus.MustNewConstMetric(deliveriesDesc, prometheus.CounterValue, float64(n), s.Name, outcome)
+		}
+		ch <- prometheus.MustNewConstMetric(retriesDesc, prometheus.CounterValue, float64(s.Retries), s.Name)
+		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(s.Queued), s.Name)
+		last := 0.0
+		if !s.LastSuccessAt.IsZero() {
+			last = float64(s.LastSuccessAt.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue, last, s.Name)
+	}
+}
