@@ -226,10 +226,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	s.rules = rs
 
+	policy := &guardian.RulesPolicy{Engine: engine, Log: log}
 	hm := holds.NewManager(holds.Options{
 		Store:          db,
 		Publish:        obs.fan.Publish,
 		ValidateParams: guardian.ValidateParams,
+		CheckEdit:      guardian.EditChecker{Policy: policy, Store: db, HistorySize: guardianHistory}.Check,
 		Remember: func(ctx context.Context, r rules.Rule) error {
 			return rs.Upsert(ctx, r, "approve-and-remember")
 		},
@@ -280,7 +282,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		UI:        uiFS(),
 		Publisher: obs.fan,
 		Holds:     guardian.ManagerHolds{M: hm},
-		Policy:    &guardian.RulesPolicy{Engine: engine, Log: log},
+		Policy:    policy,
 		Mount: append([]func(*http.ServeMux){
 			func(mux *http.ServeMux) { mux.Handle("GET /api/live", hub) },
 			hm.Register,

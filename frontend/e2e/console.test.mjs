@@ -117,6 +117,7 @@ describe('console', () => {
     await page.getByTestId('hold-title').getByText('transfer_funds').waitFor();
 
     await page.keyboard.press('e');
+    await page.getByRole('button', { name: 'Advanced: raw JSON' }).click();
     const editor = page.locator('#params-editor');
     await editor.waitFor();
     const params = JSON.parse(await editor.inputValue());
@@ -556,7 +557,7 @@ describe('accessibility', () => {
         await check(`${scheme} held`);
         await page.waitForTimeout(700);
         await page.keyboard.press('e');
-        await page.locator('#params-editor').waitFor();
+        await page.getByTestId('edit-verdict').waitFor();
         await check(`${scheme} held edit`);
         await page.keyboard.press('Escape');
         await page.keyboard.press('r');

@@ -155,6 +155,9 @@ type Options struct {
 	// ValidateParams checks an operator's modified params for a method as if they arrived
 	// from an agent; nil only checks that they are a JSON object.
 	ValidateParams func(method string, params json.RawMessage) error
+	// CheckEdit, when set, evaluates the rules on an operator's edited params: an edit the
+	// rules deny is refused with a *RulesDenyError unless the decision overrides it.
+	CheckEdit CheckEditFunc
 	// OperatorFrom, when set and returning true, names the operator of an API request
 	// (e.g. the signed-in user), overriding the "operator" field of the body.
 	OperatorFrom func(r *http.Request) (string, bool)
@@ -237,6 +240,9 @@ type Decision struct {
 	Note     string
 	// Remember, on an approval, saves an allow rule so the same step is not held again.
 	Remember *RememberSpec
+	// Override, on a modification, sends an edit the rules would deny; the audit entry
+	// names the deny that was overridden.
+	Override bool
 }
 
 // Manager holds steps and keeps session controls. It is safe for concurrent use.
@@ -246,6 +252,7 @@ type Manager struct {
 	publish        func(storage.Event)
 	remember       func(context.Context, rules.Rule) error
 	validateParams func(string, json.RawMessage) error
+	checkEditFn    CheckEditFunc
 	operatorFrom   func(*http.Request) (string, bool)
 	maxPending     int
 	maxPageBytes   int
@@ -295,7 +302,9 @@ type decideReq struct {
 	params   json.RawMessage
 	rule     *rules.Rule
 	scope    string
-	reply    chan decideResult
+	// overridden is the rules' deny of the edit that the operator sent anyway.
+	overridden *EditVerdict
+	reply      chan decideResult
 }
 
 // agentShare is what one agent's waiting holds take of the limits.
@@ -317,6 +326,7 @@ func NewManager(opts Options) *Manager {
 		publish:        opts.Publish,
 		remember:       opts.Remember,
 		validateParams: opts.ValidateParams,
+		checkEditFn:    opts.CheckEdit,
 		operatorFrom:   opts.OperatorFrom,
 		maxPending:     opts.MaxPending,
 		maxPageBytes:   opts.MaxPageBytes,
@@ -698,6 +708,13 @@ func (m *Manager) decisionAudit(h Hold, d *decideReq) (*AuditEntry, error) {
 		a.Type = storage.AuditHoldDenied
 	case StatusModified:
 		a.Type = storage.AuditHoldModified
+		if d.overridden != nil {
+			detail, err := json.Marshal(map[string]any{"override": d.overridden})
+			if err != nil {
+				return nil, fmt.Errorf("holds: encode audit detail: %w", err)
+			}
+			a.Detail = detail
+		}
 	}
 	// The params the step went out with (an edit, or an approval's modifications) are
 	// audited as a patch of the agent's: what changed, not a second copy of the step.
@@ -834,6 +851,11 @@ func (m *Manager) decide(ctx context.Context, id string, status string, action r
 		if err != nil {
 			return Hold{}, err
 		}
+		// The operator's edit is judged as the agent's step would be, before the
+		// modifications that matched with the hold apply (as they would to that step).
+		if req.overridden, err = m.checkEdit(ctx, w.req, p, d.Override); err != nil {
+			return Hold{}, err
+		}
 		req.params = p
 	}
 	if w.req.Modify != nil {
@@ -906,6 +928,9 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 	req := &decideReq{ctx: ctx, status: status, decision: action, operator: operator, note: d.Note}
 	if status == StatusModified {
 		if req.params, err = m.checkParams(h.Method, params); err != nil {
+			return Hold{}, err
+		}
+		if req.overridden, err = m.checkEdit(ctx, Request{SessionID: h.SessionID, Method: h.Method}, req.params, d.Override); err != nil {
 			return Hold{}, err
 		}
 	}

@@ -23,7 +23,7 @@ const maxBody = 4 << 20
 //	     → {"holds":[…],"now":…,"more":bool}; more: the list was cut at limit or the byte bound
 //	GET  /api/holds/{id}
 //	GET  /api/steps/{seq}/hold                 the hold of a held step and its audit entries
-//	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","remember"}
+//	POST /api/holds/{id}/approve|deny|modify   {"operator","note","params","override","remember"}
 //	POST /api/sessions/{id}/pause|resume|block {"operator","note"}
 //	GET  /api/audit?limit=&before=&type=&sessionId=&operator=&holdId=
 //	GET  /api/sessions/{id}/comments
@@ -97,6 +97,8 @@ type actionBody struct {
 	Operator string          `json:"operator"`
 	Note     string          `json:"note"`
 	Params   json.RawMessage `json:"params"`
+	// Override sends an edit the rules would deny.
+	Override bool `json:"override"`
 	Remember *struct {
 		Scope     string `json:"scope"`
 		ExpiresIn string `json:"expiresIn"`
@@ -110,7 +112,11 @@ func (m *Manager) handleAction(action string) http.HandlerFunc {
 			m.writeError(w, err, nil)
 			return
 		}
-		d := Decision{Operator: m.operator(r, body.Operator), Note: body.Note}
+		d := Decision{Operator: m.operator(r, body.Operator), Note: body.Note, Override: body.Override}
+		if body.Override && action != "modify" {
+			m.writeError(w, &FieldError{Field: "override", Message: "override applies to modify only"}, nil)
+			return
+		}
 		if body.Remember != nil {
 			if action != "approve" {
 				m.writeError(w, &FieldError{Field: "remember", Message: "only an approval can be remembered"}, nil)
@@ -310,7 +316,13 @@ func (m *Manager) writeError(w http.ResponseWriter, err error, h *Hold) {
 		body   = map[string]any{}
 		e      apiError
 	)
+	var deny *RulesDenyError
 	switch {
+	case errors.As(err, &deny):
+		// A 400 like any refused params, with its own code and the verdict, so a client
+		// can show the rule and offer the override.
+		status, e = http.StatusBadRequest, apiError{Code: "rules_deny", Message: deny.Error(), Field: "params"}
+		body["verdict"] = deny.Verdict
 	case errors.As(err, &fe):
 		status, e = http.StatusBadRequest, apiError{Code: "bad_request", Message: fe.Message, Field: fe.Field}
 	case errors.Is(err, ErrNotFound):

@@ -43,6 +43,8 @@ export interface DecisionBody {
   operator: string;
   note?: string;
   params?: unknown;
+  /** Sends an edit the rules would deny (modify only). */
+  override?: boolean;
   remember?: Remember;
 }
 

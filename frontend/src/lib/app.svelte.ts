@@ -27,7 +27,8 @@ export interface QueuedDecision {
   due: number;
   timer: ReturnType<typeof setTimeout>;
   /** The guardian refused the request (400): the page that queued it shows the message. */
-  onRefused?: (message: string) => void;
+  /** A 400 answer: its message and code (rules_deny: the rules would deny the edit). */
+  onRefused?: (message: string, code: string) => void;
 }
 
 export const decisionVerb: Record<DecisionAction, { doing: string; done: string }> = {
@@ -267,7 +268,7 @@ class ConsoleState {
     action: DecisionAction,
     body: DecisionBody,
     remember: boolean,
-    onRefused?: (message: string) => void,
+    onRefused?: (message: string, code: string) => void,
   ): 'queued' | 'now' | 'duplicate' {
     if (this.queued.some((q) => q.hold.id === hold.id)) return 'duplicate';
     const id = ++this.queueId;
@@ -323,7 +324,7 @@ class ConsoleState {
         this.toast(`Not sent, already decided: ${err.message}`, 'info', 7000);
         void this.refreshHolds();
       } else if (err instanceof ApiError && err.status === 400 && q.onRefused) {
-        q.onRefused(err.message);
+        q.onRefused(err.message, err.code);
       } else this.toast(`${decisionVerb[q.action].doing} ${h.tool || h.method} failed: ${err instanceof Error ? err.message : String(err)}`, 'error', 9000);
     }
   }

@@ -10,7 +10,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function join(path: string, key: string | number): string {
+export function join(path: string, key: string | number): string {
   if (typeof key === 'number') return `${path}[${key}]`;
   return /^[A-Za-z_$][\w$]*$/.test(key) ? (path ? `${path}.${key}` : key) : `${path}[${JSON.stringify(key)}]`;
 }

@@ -147,6 +147,7 @@ export interface ValidateResult {
 
 export interface TestResult {
   decision: Decision;
+  ruleId?: string;
   message?: string;
   reasonCode?: string[] | null;
   matches?: RuleMatch[] | null;
