@@ -156,11 +156,16 @@ func TestSoak(t *testing.T) {
 
 	// Every connection the clients opened is closed again on the server.
 	var fdsAfter int
+	select {
+	case <-p.exited:
+		t.Fatalf("the server exited during the soak: %v\n%s", p.err, p.tail())
+	default:
+	}
 	require.Eventually(t, func() bool {
 		n, err := openFDs(p.Pid())
 		fdsAfter = n
 		return err == nil && n <= baseline+fdSlack
-	}, 30*time.Second, 100*time.Millisecond, "descriptors after the clients left: %d, at rest before: %d", fdsAfter, baseline)
+	}, 30*time.Second, 100*time.Millisecond, "descriptors after the clients left: %d, at rest before: %d\n%s", fdsAfter, baseline, p.tail())
 	fdsAfter = settledFDs(t, p.Pid())
 	require.LessOrEqual(t, fdsAfter, baseline+fdSlack)
 
