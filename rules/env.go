@@ -84,12 +84,15 @@ func (s Session) WithCounts(c *SessionCounts) Session {
 // kind and decision.
 type SessionCounts struct {
 	Tools, Methods, Kinds, Decisions map[string]int
+	// memo answers the helpers that scan the history (see sessionMemo). Clones share it:
+	// it knows steps by their position in the session, which no window changes.
+	memo *sessionMemo
 }
 
 // CountSteps counts steps.
 func CountSteps(steps []HistoryStep) *SessionCounts {
 	c := &SessionCounts{Tools: map[string]int{}, Methods: map[string]int{}, Kinds: map[string]int{},
-		Decisions: map[string]int{}}
+		Decisions: map[string]int{}, memo: newSessionMemo()}
 	for i := range steps {
 		c.Add(&steps[i], 1)
 	}
@@ -116,7 +119,7 @@ func (c *SessionCounts) Add(h *HistoryStep, delta int) {
 // Clone copies c, for a snapshot that later Adds must not change.
 func (c *SessionCounts) Clone() *SessionCounts {
 	return &SessionCounts{Tools: maps.Clone(c.Tools), Methods: maps.Clone(c.Methods),
-		Kinds: maps.Clone(c.Kinds), Decisions: maps.Clone(c.Decisions)}
+		Kinds: maps.Clone(c.Kinds), Decisions: maps.Clone(c.Decisions), memo: c.memo}
 }
 
 // HistoryStep is one earlier step of the session as the rules see it.

@@ -405,6 +405,12 @@ func sessionTextOf(e *Env, s Session) string {
 	if e.state == nil || !sameSteps(e, s) {
 		return join()
 	}
+	if m := memoOf(e, s); m != nil {
+		if t, ok := m.sessionText(s); ok {
+			_ = spend(e, len(t), len(t)) // what the join would have cost the budget
+			return t
+		}
+	}
 	ix := sessionOf(e, s)
 	if ix.text == nil {
 		t := join()
@@ -461,6 +467,65 @@ func sessionHas(c *regexCache, e *Env, s Session, sel, sub string) (bool, error)
 		}
 	}
 	return false, nil
+}
+
+// sessionHasCached is sessionHas answered once per evaluation and question, from the
+// session's memo when it has one.
+func sessionHasCached(c *regexCache, e *Env, s Session, sel, sub string) (bool, error) {
+	if e.state == nil || !sameSteps(e, s) {
+		return sessionHas(c, e, s, sel, sub)
+	}
+	key := sel + "\x00" + sub
+	for _, q := range e.state.has {
+		if q.key == key {
+			return q.v, nil
+		}
+	}
+	var v bool
+	var err error
+	ok := false
+	if m := memoOf(e, s); m != nil {
+		v, ok, err = m.sessionHas(c, s, sel, sub)
+	}
+	if !ok && err == nil {
+		v, err = sessionHas(c, e, s, sel, sub)
+	}
+	if err == nil {
+		e.state.has = append(e.state.has, hasEntry{key, v})
+	}
+	return v, err
+}
+
+// countToolWithin counts the calls of tool name (a glob allowed) in s received within d
+// before now, from the session's memo when it has one.
+func countToolWithin(c *regexCache, e *Env, s Session, name string, d time.Duration) (int, error) {
+	since := e.Now.Add(-d)
+	if m := memoOf(e, s); m != nil {
+		if n, ok, err := m.countWithin(c, s, name, since); ok || err != nil {
+			return n, err
+		}
+	}
+	n := 0
+	for i := len(s.Steps) - 1; i >= 0; i-- {
+		h := &s.Steps[i]
+		if h.ReceivedAt.Before(since) {
+			break // history is oldest first
+		}
+		if !isToolCall(h) {
+			continue
+		}
+		ok := h.Tool == name
+		if isGlob(name) {
+			var err error
+			if ok, err = c.glob(name, h.Tool); err != nil {
+				return 0, err
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func toStrings(v any) []string {
@@ -591,27 +656,7 @@ func helperOptions(c *regexCache) []expr.Option {
 			if err != nil {
 				return 0, err
 			}
-			since := e.Now.Add(-d)
-			n := 0
-			for i := len(s.Steps) - 1; i >= 0; i-- {
-				h := &s.Steps[i]
-				if h.ReceivedAt.Before(since) {
-					break // history is oldest first
-				}
-				if !isToolCall(h) {
-					continue
-				}
-				ok := h.Tool == name
-				if isGlob(name) {
-					if ok, err = c.glob(name, h.Tool); err != nil {
-						return 0, err
-					}
-				}
-				if ok {
-					n++
-				}
-			}
-			return n, nil
+			return countToolWithin(c, e, s, name, d)
 		}, new(func(Env, Session, string, time.Duration) int)),
 		expr.Function("toolStreak", func(p ...any) (any, error) {
 			s := session(p[1])
@@ -656,21 +701,7 @@ func helperOptions(c *regexCache) []expr.Option {
 			e := envOf(p[0])
 			s := session(p[1])
 			sel := str(p[2])
-			sub := strings.ToLower(str(p[3]))
-			if e.state == nil || !sameSteps(e, s) {
-				return sessionHas(c, e, s, sel, sub)
-			}
-			key := sel + "\x00" + sub
-			for _, q := range e.state.has {
-				if q.key == key {
-					return q.v, nil
-				}
-			}
-			v, err := sessionHas(c, e, s, sel, sub)
-			if err == nil {
-				e.state.has = append(e.state.has, hasEntry{key, v})
-			}
-			return v, err
+			return sessionHasCached(c, e, s, sel, strings.ToLower(str(p[3])))
 		}, new(func(Env, Session, string, string) bool)),
 		// The clock is the Env's `now`, so evaluation is repeatable in tests and backtests.
 		expr.DisableBuiltin("now"),

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -246,7 +247,7 @@ func callTypeOf(x *ast.CallNode, ptr vtype) vtype {
 		name == "toolStreak") && len(args) == 2 && is(0, tSession) && validGlob(args[1]):
 		return tInt
 	case name == "countToolWithin" && len(args) == 3 && is(0, tSession) && validGlob(args[1]) &&
-		(is(2, tDuration) || is(2, tInt)):
+		is(2, tDuration):
 		return tInt
 	case name == "sessionHas" && len(args) == 3 && is(0, tSession) && validGlob(args[1]):
 		return tBool
@@ -307,6 +308,9 @@ const (
 	costText    = 10 // a case-folding substring search over the step's text
 	costRegexp  = 20
 	costURLs    = 30
+	// costHistory: a question about the session's history, answered from its memo when
+	// the guardian keeps one, else by a scan.
+	costHistory = 40
 )
 
 // compiled guard pieces.
@@ -392,6 +396,18 @@ func guardInt(n ast.Node, cache *regexCache) (intFn, int, bool) {
 			return func(e *Env) int { return f(e.Now) }, costCompare, true
 		}
 		callee, ok := x.Callee.(*ast.IdentifierNode)
+		if ok && callee.Value == "countToolWithin" && len(x.Arguments) == 3 && isIdent(x.Arguments[0], "session") &&
+			validGlob(x.Arguments[1]) {
+			d, ok := constDuration(x.Arguments[2])
+			if !ok {
+				return nil, 0, false
+			}
+			name := x.Arguments[1].(*ast.StringNode).Value
+			return func(e *Env) int {
+				n, _ := countToolWithin(cache, e, e.Session, name, d) // a valid glob
+				return n
+			}, costHistory, true
+		}
 		if !ok || len(x.Arguments) != 2 || !isIdent(x.Arguments[0], "session") || !validGlob(x.Arguments[1]) {
 			return nil, 0, false
 		}
@@ -437,12 +453,189 @@ func guardBool(n ast.Node, cache *regexCache) (boolFn, int, bool) {
 		return guardCall(x, cache)
 	case *ast.BinaryNode:
 		return guardBinary(x, cache)
+	case *ast.BuiltinNode:
+		return guardSteps(x, cache)
 	}
 	return nil, 0, false
 }
 
+// constDuration is the value of duration("…") with a constant.
+func constDuration(n ast.Node) (time.Duration, bool) {
+	switch x := n.(type) {
+	case *ast.BuiltinNode:
+		if x.Name != "duration" || len(x.Arguments) != 1 {
+			return 0, false
+		}
+		s, ok := x.Arguments[0].(*ast.StringNode)
+		if !ok {
+			return 0, false
+		}
+		d, err := time.ParseDuration(s.Value)
+		return d, err == nil
+	}
+	return 0, false
+}
+
+// guardSteps compiles any, none and all over session.steps with a predicate of the step's
+// string fields. The question "is there a step where the predicate holds (fails, for
+// all)" is answered by the session's memo, so a long session is not walked on every step.
+func guardSteps(x *ast.BuiltinNode, cache *regexCache) (boolFn, int, bool) {
+	if (x.Name != "any" && x.Name != "none" && x.Name != "all") || len(x.Arguments) != 2 || x.Map != nil || x.Threshold != nil {
+		return nil, 0, false
+	}
+	m, ok := x.Arguments[0].(*ast.MemberNode)
+	if !ok || m.Method || !isIdent(m.Node, "session") {
+		return nil, 0, false
+	}
+	if p, ok := m.Property.(*ast.StringNode); !ok || p.Value != "steps" {
+		return nil, 0, false
+	}
+	pn, ok := x.Arguments[1].(*ast.PredicateNode)
+	if !ok {
+		return nil, 0, false
+	}
+	pred, ok := stepPred(pn.Node, cache)
+	if !ok {
+		return nil, 0, false
+	}
+	want := x.Name != "all"
+	key := "steps\x00" + fmt.Sprint(want) + "\x00" + pn.Node.String()
+	ask := func(h *HistoryStep) (bool, error) { return pred(h) == want, nil }
+	found := func(e *Env) bool {
+		if mm := memoOf(e, e.Session); mm != nil {
+			if v, ok, _ := mm.anyStep(key, e.Session, ask); ok {
+				return v
+			}
+		}
+		for i := len(e.Session.Steps) - 1; i >= 0; i-- {
+			if pred(&e.Session.Steps[i]) == want {
+				return true
+			}
+		}
+		return false
+	}
+	if x.Name == "any" {
+		return found, costHistory, true
+	}
+	return func(e *Env) bool { return !found(e) }, costHistory, true
+}
+
+// stepFields are the string fields of a HistoryStep a step predicate may test.
+var stepFields = map[string]func(*HistoryStep) string{
+	"method": func(h *HistoryStep) string { return h.Method }, "kind": func(h *HistoryStep) string { return h.Kind },
+	"tool": func(h *HistoryStep) string { return h.Tool }, "decision": func(h *HistoryStep) string { return h.Decision },
+	"text": func(h *HistoryStep) string { return h.Text },
+}
+
+// stepPred compiles a predicate over one history step (.tool == "x" && .decision in […]).
+func stepPred(n ast.Node, cache *regexCache) (func(*HistoryStep) bool, bool) {
+	switch x := n.(type) {
+	case *ast.BoolNode:
+		v := x.Value
+		return func(*HistoryStep) bool { return v }, true
+	case *ast.UnaryNode:
+		if x.Operator != "!" && x.Operator != "not" {
+			return nil, false
+		}
+		f, ok := stepPred(x.Node, cache)
+		if !ok {
+			return nil, false
+		}
+		return func(h *HistoryStep) bool { return !f(h) }, true
+	case *ast.BinaryNode:
+		switch x.Operator {
+		case "&&", "and", "||", "or":
+			l, ok := stepPred(x.Left, cache)
+			if !ok {
+				return nil, false
+			}
+			r, ok := stepPred(x.Right, cache)
+			if !ok {
+				return nil, false
+			}
+			if x.Operator == "&&" || x.Operator == "and" {
+				return func(h *HistoryStep) bool { return l(h) && r(h) }, true
+			}
+			return func(h *HistoryStep) bool { return l(h) || r(h) }, true
+		}
+		f, ok := stepField(x.Left)
+		if !ok {
+			return nil, false
+		}
+		switch x.Operator {
+		case "in":
+			arr, ok := x.Right.(*ast.ArrayNode)
+			if !ok {
+				return nil, false
+			}
+			var set []string
+			for _, n := range arr.Nodes {
+				s, ok := n.(*ast.StringNode)
+				if !ok {
+					return nil, false
+				}
+				set = append(set, s.Value)
+			}
+			return func(h *HistoryStep) bool { return slices.Contains(set, f(h)) }, true
+		case "matches":
+			pat, ok := x.Right.(*ast.StringNode)
+			if !ok {
+				return nil, false
+			}
+			en := cache.entry(pat.Value)
+			if en.err != nil {
+				return nil, false
+			}
+			return func(h *HistoryStep) bool { return en.re.MatchString(f(h)) }, true
+		}
+		c, ok := x.Right.(*ast.StringNode)
+		if !ok {
+			return nil, false
+		}
+		want := c.Value
+		op := map[string]func(a, b string) bool{
+			"==": func(a, b string) bool { return a == b }, "!=": func(a, b string) bool { return a != b },
+			"startsWith": strings.HasPrefix, "endsWith": strings.HasSuffix, "contains": strings.Contains,
+		}[x.Operator]
+		if op == nil {
+			return nil, false
+		}
+		return func(h *HistoryStep) bool { return op(f(h), want) }, true
+	}
+	return nil, false
+}
+
+// stepField recognises .tool (#.tool) inside a predicate over history steps.
+func stepField(n ast.Node) (func(*HistoryStep) string, bool) {
+	m, ok := n.(*ast.MemberNode)
+	if !ok || m.Method {
+		return nil, false
+	}
+	if p, ok := m.Node.(*ast.PointerNode); !ok || p.Name != "" {
+		return nil, false
+	}
+	prop, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return nil, false
+	}
+	f, ok := stepFields[prop.Value]
+	return f, ok
+}
+
 func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 	id, ok := x.Callee.(*ast.IdentifierNode)
+	if ok && id.Value == "sessionHas" && len(x.Arguments) == 3 && isIdent(x.Arguments[0], "session") &&
+		validGlob(x.Arguments[1]) {
+		sub, ok := x.Arguments[2].(*ast.StringNode)
+		if !ok {
+			return nil, 0, false
+		}
+		sel, low := x.Arguments[1].(*ast.StringNode).Value, strings.ToLower(sub.Value)
+		return func(e *Env) bool {
+			v, _ := sessionHasCached(cache, e, e.Session, sel, low) // a valid glob
+			return v
+		}, costHistory, true
+	}
 	if !ok || len(x.Arguments) != 2 {
 		return nil, 0, false
 	}
@@ -458,6 +651,8 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 		}
 		want := strings.ToLower(sub.Value)
 		return func(e *Env) bool { return strings.Contains(strings.ToLower(s(e)), want) }, c + costText, true
+	case "sessionHas":
+		return nil, 0, false
 	case "containsAny":
 		arr, ok := x.Arguments[1].(*ast.ArrayNode)
 		if !ok {

@@ -122,8 +122,10 @@ func TestCostOrderSkipsCostlyHelpers(t *testing.T) {
 		guards int
 		whole  bool
 	}{
-		{`countToolWithin(session, "delete_*", duration("1m")) >= 3 && tool matches "^delete_"`, 1, false},
-		{`sessionHas(session, "read_file", "TOP SECRET") && tool == "send_email"`, 1, false},
+		{`countToolWithin(session, "delete_*", duration("1m")) >= 3 && tool matches "^delete_"`, 2, true},
+		{`sessionHas(session, "read_file", "TOP SECRET") && tool == "send_email"`, 2, true},
+		{`any(session.steps, .decision == "deny" && .tool == "pay") && tool == "pay"`, 2, true},
+		{`sessionText(session) contains "x" && tool == "pay"`, 1, false},
 		{`now.Weekday().String() == "Sunday" && tool == "deploy"`, 2, true},
 		{`inputs.amount > 1000 && tool == "pay"`, 0, false},
 		{`tool == "pay" && inputs.amount > 1000 && user.org == "x"`, 1, false},
@@ -134,4 +136,5 @@ func TestCostOrderSkipsCostlyHelpers(t *testing.T) {
 	}
 	p := mustCompile(t, Options{}, rule("r", `sessionHas(session, "*", "secret") && tool == "send_email"`, ActionDeny))
 	require.Equal(t, uint64(0), p.index.always[0]&1, "filed under its tool")
+	require.Equal(t, "tool", p.rules[0].guards[0].name, "the cheap test runs first")
 }
