@@ -70,3 +70,67 @@ func benchAOS(b *testing.B, policy guardian.Policy) {
 		}
 	})
 }
+
+// BenchmarkAOSEndpointRealistic runs the realistic rule set of the load benchmark
+// (bench/rules-realistic.yaml) and, for comparison, no rules, in sessions of 20 and 300
+// steps.
+func BenchmarkAOSEndpointRealistic(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join("..", "bench", "rules-realistic.yaml"))
+	require.NoError(b, err)
+	f, err := rules.ParseFile("rules-realistic.yaml", data)
+	require.NoError(b, err)
+	for _, steps := range []int{20, 300} {
+		for _, set := range []struct {
+			name  string
+			rules []rules.Rule
+		}{{"none", nil}, {"realistic", f.Rules}} {
+			b.Run(fmt.Sprintf("steps=%d/%s", steps, set.name), func(b *testing.B) {
+				engine := rules.NewEngine(rules.Options{})
+				require.NoError(b, engine.Load(set.rules))
+				benchAOSSessions(b, &guardian.RulesPolicy{Engine: engine}, steps)
+			})
+		}
+	}
+}
+
+// benchAOSSessions is benchAOS with each goroutine starting a new session every steps
+// steps, and the tool cycling as the load generator's does.
+func benchAOSSessions(b *testing.B, policy guardian.Policy, steps int) {
+	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
+	require.NoError(b, err)
+	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	require.NoError(b, err)
+	defer db.Close()
+	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: policy})
+	require.NoError(b, err)
+	h := g.Handler()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() {
+		require.NoError(b, db.Flush(context.Background()))
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}()
+	tools := []string{"search_web", "read_file", "send_email", "transfer_funds"}
+	b.RunParallel(func(pb *testing.PB) {
+		agent := n.Add(1)
+		header := http.Header{"Content-Type": {"application/json"}}
+		var reqs []string
+		for _, t := range tools {
+			reqs = append(reqs, strings.Replace(string(body), `"toolId": "refund_payment"`, `"toolId": "`+t+`"`, 1))
+		}
+		for i := 0; pb.Next(); i++ {
+			sess := fmt.Sprintf("bench-%d-%d", agent, i/steps)
+			req := strings.Replace(reqs[i%len(reqs)], `"sess-7f3a9c"`, `"`+sess+`"`, 1)
+			r := httptest.NewRequest(http.MethodPost, "/aos", strings.NewReader(req))
+			r.Header = header
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+		}
+	})
+}

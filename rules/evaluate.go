@@ -256,6 +256,9 @@ func (r *compiledRule) evaluate(e *Env, m *vm.VM) (matched bool, set map[string]
 			return false, nil, nil
 		}
 	}
+	if r.reads != 0 && e.deferred != nil {
+		e.fill(r.reads)
+	}
 	b := &e.state.budget
 	b.begin()
 	if r.whole {

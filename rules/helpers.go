@@ -221,6 +221,8 @@ type evalState struct {
 	folded folded
 	// budget bounds the rule being evaluated.
 	budget budget
+	// filled are the deferred Env fields already computed (Env.Defer).
+	filled reads
 	// shard is the counter shard this state counts in; evaluations counts its own
 	// evaluations, to pick the timed ones; mask is the candidate rules' buffer. They
 	// outlive reset.
@@ -256,6 +258,7 @@ func (st *evalState) reset() {
 	st.has = st.has[:0]
 	st.folded = folded{}
 	st.budget = budget{}
+	st.filled = 0
 }
 
 // envOf returns the evaluation's Env passed as a helper's hidden first argument.

@@ -138,3 +138,32 @@ func TestCostOrderSkipsCostlyHelpers(t *testing.T) {
 	require.Equal(t, uint64(0), p.index.always[0]&1, "filed under its tool")
 	require.Equal(t, "tool", p.rules[0].guards[0].name, "the cheap test runs first")
 }
+
+// Deferred fields are built once per evaluation, only when a rule reading them gets past
+// its guards.
+func TestDeferredFields(t *testing.T) {
+	p := mustCompile(t, Options{},
+		rule("in", `tool == "pay" && inputs.amount > 100`, ActionDeny),
+		rule("par", `kind == "knowledge" && params.q contains "salary"`, ActionDeny),
+		rule("msg", `tool == "pay"`, ActionAllow),
+	)
+	calls := map[string]int{}
+	env := func(tool, kind string) *Env {
+		e := &Env{Tool: tool, Kind: kind}
+		e.Defer(&Deferred{
+			Inputs: func() map[string]any { calls["inputs"]++; return map[string]any{"amount": 500} },
+			Params: func() map[string]any { calls["params"]++; return map[string]any{"q": "salary of bob"} },
+		})
+		return e
+	}
+	v := p.Evaluate(env("search", "toolCall"))
+	require.Equal(t, ActionAllow, v.Action)
+	require.Empty(t, calls, "no rule got past its guards")
+	v = p.Evaluate(env("pay", "toolCall"))
+	require.Equal(t, ActionDeny, v.Action)
+	require.Equal(t, "in", v.RuleID)
+	require.Equal(t, map[string]int{"inputs": 1}, calls)
+	v = p.Evaluate(env("x", "knowledge"))
+	require.Equal(t, "par", v.RuleID)
+	require.Equal(t, map[string]int{"inputs": 1, "params": 1}, calls)
+}
