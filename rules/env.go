@@ -64,10 +64,10 @@ func (e *Env) Defer(d *Deferred) { e.deferred = d }
 // fill computes the deferred fields of need not yet computed in this evaluation.
 func (e *Env) fill(need reads) {
 	d, st := e.deferred, e.state
-	need &^= st.filled
-	if d == nil || need == 0 {
+	if d == nil || st == nil || need&^st.filled == 0 {
 		return
 	}
+	need &^= st.filled
 	st.filled |= need
 	if need&readsParams != 0 && d.Params != nil {
 		e.Params = d.Params()

@@ -190,7 +190,9 @@ func binaryTypeOf(x *ast.BinaryNode, ptr vtype) vtype {
 			return tBool
 		}
 	case "matches":
-		if l == tString && validRegexp(x.Right) {
+		// With a constant pattern the engine runs it as regexMatch, which reads any value
+		// as text.
+		if validRegexp(x.Right) {
 			return tBool
 		}
 	case "<", "<=", ">", ">=":
@@ -308,6 +310,7 @@ const (
 	costText    = 10 // a case-folding substring search over the step's text
 	costRegexp  = 20
 	costURLs    = 30
+	costScan    = 35 // a PII or secret scan, done once per step and text
 	// costHistory: a question about the session's history, answered from its memo when
 	// the guardian keeps one, else by a scan.
 	costHistory = 40
@@ -343,11 +346,35 @@ func guardStr(n ast.Node, cache *regexCache) (strFn, int, bool) {
 		if isIdent(x.Callee, "lastTool") && len(x.Arguments) == 1 && isIdent(x.Arguments[0], "session") {
 			return func(e *Env) string { return lastToolOf(e.Session) }, costCounter, true
 		}
+		if isIdent(x.Callee, "sessionText") && len(x.Arguments) == 1 && isIdent(x.Arguments[0], "session") {
+			return func(e *Env) string { return sessionTextOf(e, e.Session) }, costHistory, true
+		}
 	}
 	if _, field, ok := fieldOf(n); ok {
 		return field, 0, true
 	}
 	return nil, 0, false
+}
+
+// guardText compiles a node the text helpers read (any value, as text) into Go: a string
+// field, or an input by name, for which the guard builds the deferred inputs.
+func guardText(n ast.Node, cache *regexCache) (strFn, int, bool) {
+	if f, c, ok := guardStr(n, cache); ok {
+		return f, c, true
+	}
+	m, ok := n.(*ast.MemberNode)
+	if !ok || m.Method || !isIdent(m.Node, "inputs") {
+		return nil, 0, false
+	}
+	p, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return nil, 0, false
+	}
+	name := p.Value
+	return func(e *Env) string {
+		e.fill(readsInputs)
+		return toText(e.Inputs[name])
+	}, costField, true
 }
 
 // isNowCall recognises now.Weekday() and now.Month().
@@ -381,6 +408,9 @@ func guardInt(n ast.Node, cache *regexCache) (intFn, int, bool) {
 			if s, c, ok := guardStr(x.Arguments[0], cache); ok {
 				return func(e *Env) int { return len(s(e)) }, c, true
 			}
+			if l, c, ok := guardScan(x.Arguments[0], cache); ok {
+				return func(e *Env) int { return len(l(e)) }, c, true
+			}
 		}
 	case *ast.CallNode:
 		if m, ok := x.Callee.(*ast.MemberNode); ok && m.Method && len(x.Arguments) == 0 && isIdent(m.Node, "now") {
@@ -396,6 +426,14 @@ func guardInt(n ast.Node, cache *regexCache) (intFn, int, bool) {
 			return func(e *Env) int { return f(e.Now) }, costCompare, true
 		}
 		callee, ok := x.Callee.(*ast.IdentifierNode)
+		if ok && callee.Value == "toolStreak" && len(x.Arguments) == 2 && isIdent(x.Arguments[0], "session") &&
+			validGlob(x.Arguments[1]) {
+			name := x.Arguments[1].(*ast.StringNode).Value
+			return func(e *Env) int {
+				n, _ := toolStreak(cache, e.Session, name) // a valid glob
+				return n
+			}, costCounter, true
+		}
 		if ok && callee.Value == "countToolWithin" && len(x.Arguments) == 3 && isIdent(x.Arguments[0], "session") &&
 			validGlob(x.Arguments[1]) {
 			d, ok := constDuration(x.Arguments[2])
@@ -622,7 +660,54 @@ func stepField(n ast.Node) (func(*HistoryStep) string, bool) {
 	return f, ok
 }
 
+// guardScan compiles a text scanner's call (piiKinds(text), secrets(inputs.body)) into Go;
+// it shares the evaluation's memo with the VM's calls.
+func guardScan(n ast.Node, cache *regexCache) (func(*Env) []string, int, bool) {
+	c, ok := n.(*ast.CallNode)
+	if !ok || len(c.Arguments) != 1 {
+		return nil, 0, false
+	}
+	id, ok := c.Callee.(*ast.IdentifierNode)
+	if !ok || !scanHelpers[id.Value] {
+		return nil, 0, false
+	}
+	s, cost, ok := guardText(c.Arguments[0], cache)
+	if !ok {
+		return nil, 0, false
+	}
+	name := id.Value
+	return func(e *Env) []string { return scanList(e, name, s(e)) }, cost + costScan, true
+}
+
 func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
+	if id, ok := x.Callee.(*ast.IdentifierNode); ok && len(x.Arguments) == 2 && (id.Value == "glob" || id.Value == "regexMatch") {
+		pat, text := x.Arguments[0], x.Arguments[1]
+		if id.Value == "regexMatch" {
+			pat, text = text, pat
+		}
+		p, ok := pat.(*ast.StringNode)
+		if !ok {
+			return nil, 0, false
+		}
+		s, c, ok := guardText(text, cache)
+		if !ok {
+			return nil, 0, false
+		}
+		if id.Value == "glob" {
+			if !validGlob(pat) {
+				return nil, 0, false
+			}
+			return func(e *Env) bool {
+				v, _ := cache.glob(p.Value, s(e)) // a valid glob
+				return v
+			}, c + costRegexp, true
+		}
+		en := cache.entry(p.Value)
+		if en.err != nil {
+			return nil, 0, false
+		}
+		return func(e *Env) bool { return en.match(e, s(e)) }, c + costRegexp, true
+	}
 	id, ok := x.Callee.(*ast.IdentifierNode)
 	if ok && id.Value == "sessionHas" && len(x.Arguments) == 3 && isIdent(x.Arguments[0], "session") &&
 		validGlob(x.Arguments[1]) {
@@ -706,6 +791,30 @@ func guardBinary(x *ast.BinaryNode, cache *regexCache) (boolFn, int, bool) {
 				"==": func(a, b int) bool { return a == b }, "!=": func(a, b int) bool { return a != b },
 			}[x.Operator]
 			return func(e *Env) bool { return cmp(l(e), r(e)) }, lc + rc + costCompare, true
+		}
+	}
+	if x.Operator == "matches" {
+		pat, ok := x.Right.(*ast.StringNode)
+		if !ok {
+			return nil, 0, false
+		}
+		l, lc, ok := guardText(x.Left, cache)
+		if !ok {
+			return nil, 0, false
+		}
+		en := cache.entry(pat.Value)
+		if en.err != nil {
+			return nil, 0, false
+		}
+		return func(e *Env) bool { return en.match(e, l(e)) }, lc + costRegexp, true
+	}
+	if x.Operator == "in" {
+		if list, c, ok := guardScan(x.Right, cache); ok {
+			want, _, ok := guardStr(x.Left, cache)
+			if !ok {
+				return nil, 0, false
+			}
+			return func(e *Env) bool { return slices.Contains(list(e), want(e)) }, c, true
 		}
 	}
 	l, lc, ok := guardStr(x.Left, cache)

@@ -28,6 +28,10 @@ var orderPieces = []string{
 	`domain(inputs.to) == "evil.example"`, `any(session.steps, .decision == "deny")`,
 	`inputs.n > 1`, `inputs.n.x == 1`, `params.a.b == "c"`, `len(inputs.path) > 3`,
 	`toolDef?.type == "api"`, `int(inputs.n) > 0`, `true`, `false`,
+	`inputs.path matches "^/etc"`, `inputs.n matches "2"`, `"privateKey" in secretKinds(text)`,
+	`"email" in piiKinds(inputs.to)`, `len(pii(inputs.to)) > 0`, `len(urls(text)) == 1`,
+	`toolStreak(session, "a*") >= 1`, `toolStreak(session, "b") == 0`, `regexMatch(inputs.to, "evil")`,
+	`glob("**/passwd", inputs.path)`, `sessionText(session) startsWith "x"`,
 }
 
 // Cost ordering must never change a rule's result: the same match, the same error, for
@@ -125,7 +129,10 @@ func TestCostOrderSkipsCostlyHelpers(t *testing.T) {
 		{`countToolWithin(session, "delete_*", duration("1m")) >= 3 && tool matches "^delete_"`, 2, true},
 		{`sessionHas(session, "read_file", "TOP SECRET") && tool == "send_email"`, 2, true},
 		{`any(session.steps, .decision == "deny" && .tool == "pay") && tool == "pay"`, 2, true},
-		{`sessionText(session) contains "x" && tool == "pay"`, 1, false},
+		{`sessionText(session) contains "x" && tool == "pay"`, 2, true},
+		{`inputs.command matches "rm\\s+-rf" && tool == "run_shell"`, 2, true},
+		{`"privateKey" in secretKinds(text) && len(pii(inputs.body)) > 0`, 2, true},
+		{`glob("**/*.pem", inputs.path) || glob("**/id_rsa*", inputs.path)`, 1, true},
 		{`now.Weekday().String() == "Sunday" && tool == "deploy"`, 2, true},
 		{`inputs.amount > 1000 && tool == "pay"`, 0, false},
 		{`tool == "pay" && inputs.amount > 1000 && user.org == "x"`, 1, false},
