@@ -106,6 +106,10 @@ bench: build
 	$(GO) build -o bin/loadgen ./bench/loadgen
 	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
 	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 3s -rounds 5
+	for n in 20 300 1000; do \
+		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
+	done
+	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 3
 
 clean:
 	rm -rf bin frontend/node_modules

@@ -46,6 +46,8 @@ type Config struct {
 	// one agent's share of MaxHolds (0: a quarter), and the same share of MaxHoldBytes.
 	MaxHoldBytes     int64
 	MaxHoldsPerAgent int
+	// SessionCacheBytes bounds the memory of the session histories kept for the rules.
+	SessionCacheBytes int64
 	// DefaultDecision is answered when no rule matches.
 	DefaultDecision string
 	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
@@ -196,6 +198,8 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.IntVar(&cfg.MaxHolds, "max-holds", 1000, "most holds pending at once; further holds fail closed")
 	cfg.MaxHoldBytes = 256 << 20
 	fset.Var((*byteSize)(&cfg.MaxHoldBytes), "max-hold-bytes", "most bytes of held requests pending at once (e.g. 256MiB); further holds fail closed")
+	cfg.SessionCacheBytes = 512 << 20 // guardian.DefaultSessionCacheBytes
+	fset.Var((*byteSize)(&cfg.SessionCacheBytes), "session-cache-bytes", "memory for the recent history of active sessions (e.g. 512MiB); beyond it the least recently used sessions are reloaded from the database on their next step")
 	fset.IntVar(&cfg.MaxHoldsPerAgent, "max-holds-per-agent", 0, "most holds one agent (or session without an agent id) may have pending, and its share of -max-hold-bytes; 0 = a quarter of -max-holds")
 	fset.BoolVar(&cfg.Insecure, "insecure", false, "serve a non-loopback address without operator accounts and agent keys (not recommended)")
 	fset.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS")

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/guardian"
 )
 
 func testConfig(t *testing.T, db string) Config {
@@ -101,6 +103,18 @@ func TestHoldLimitFlags(t *testing.T) {
 	require.ErrorContains(t, err, "max-holds-per-agent")
 	_, err = parseConfig("serve", []string{"--max-hold-bytes", "lots"}, io.Discard)
 	require.ErrorContains(t, err, "max-hold-bytes")
+}
+
+func TestSessionCacheFlag(t *testing.T) {
+	cfg, err := parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, guardian.DefaultSessionCacheBytes, cfg.SessionCacheBytes)
+	t.Setenv("VIGIL_SESSION_CACHE_BYTES", "64MiB")
+	cfg, err = parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 64<<20, cfg.SessionCacheBytes)
+	_, err = parseConfig("serve", []string{"--session-cache-bytes", "lots"}, io.Discard)
+	require.ErrorContains(t, err, "session-cache-bytes")
 }
 
 func TestCommands(t *testing.T) {

@@ -267,13 +267,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	gateways = append(gateways, aapRoutes...)
 	g, err = guardian.New(guardian.Config{
-		Version:      version,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		PublicURL:    cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url),
-		DBPath:       db.Path(),
-		RulesFile:    cfg.RulesFile,
-		AllowedHosts: allowedHosts(ln.Addr(), publicHost),
-		HistorySize:  guardianHistory,
+		Version:           version,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		PublicURL:         cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url),
+		DBPath:            db.Path(),
+		RulesFile:         cfg.RulesFile,
+		AllowedHosts:      allowedHosts(ln.Addr(), publicHost),
+		HistorySize:       guardianHistory,
+		SessionCacheBytes: cfg.SessionCacheBytes,
 		// The desktop webview's origins and --public-url may post to /aos; other pages not.
 		AllowedOrigins: origins,
 	}, guardian.Options{

@@ -70,3 +70,94 @@ func benchAOS(b *testing.B, policy guardian.Policy) {
 		}
 	})
 }
+
+// BenchmarkAOSEndpointRealistic runs the realistic rule set of the load benchmark
+// (bench/rules-realistic.yaml) and, for comparison, no rules, in sessions of 20 and 300
+// steps.
+func BenchmarkAOSEndpointRealistic(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join("..", "bench", "rules-realistic.yaml"))
+	require.NoError(b, err)
+	f, err := rules.ParseFile("rules-realistic.yaml", data)
+	require.NoError(b, err)
+	for _, steps := range []int{20, 300} {
+		for _, set := range []struct {
+			name  string
+			rules []rules.Rule
+		}{{"none", nil}, {"realistic", f.Rules}} {
+			b.Run(fmt.Sprintf("steps=%d/%s", steps, set.name), func(b *testing.B) {
+				engine := rules.NewEngine(rules.Options{})
+				require.NoError(b, engine.Load(set.rules))
+				benchAOSSessions(b, &guardian.RulesPolicy{Engine: engine}, steps, 0)
+			})
+		}
+	}
+}
+
+// BenchmarkAOSEndpointSessions spreads the steps round-robin over many sessions, which
+// all stay active: their histories stay in the session cache as long as they fit.
+func BenchmarkAOSEndpointSessions(b *testing.B) {
+	for _, n := range []int{100, 20000, 100000} {
+		b.Run(fmt.Sprint("sessions=", n), func(b *testing.B) {
+			benchAOSSessions(b, nil, 0, n)
+		})
+	}
+}
+
+// benchAOSSessions is benchAOS with each goroutine starting a new session every steps
+// steps (or, with sessions, all goroutines sending round-robin to that many sessions), and
+// the tool cycling as the load generator's does.
+func benchAOSSessions(b *testing.B, policy guardian.Policy, steps, sessions int) {
+	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
+	require.NoError(b, err)
+	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	require.NoError(b, err)
+	defer db.Close()
+	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: policy})
+	require.NoError(b, err)
+	h := g.Handler()
+	var n atomic.Int64
+	// Every session exists before the clock starts: the benchmark is of active sessions.
+	for i := range sessions {
+		req := strings.Replace(string(body), `"sess-7f3a9c"`, fmt.Sprintf(`"bench-%d"`, i), 1)
+		r := httptest.NewRequest(http.MethodPost, "/aos", strings.NewReader(req))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(b, http.StatusOK, w.Code, w.Body.String())
+	}
+	require.NoError(b, db.Flush(context.Background()))
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() {
+		require.NoError(b, db.Flush(context.Background()))
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}()
+	tools := []string{"search_web", "read_file", "send_email", "transfer_funds"}
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		agent := n.Add(1)
+		header := http.Header{"Content-Type": {"application/json"}}
+		var reqs []string
+		for _, t := range tools {
+			reqs = append(reqs, strings.Replace(string(body), `"toolId": "refund_payment"`, `"toolId": "`+t+`"`, 1))
+		}
+		for i := 0; pb.Next(); i++ {
+			var sess string
+			if sessions > 0 {
+				sess = fmt.Sprintf("bench-%d", next.Add(1)%int64(sessions))
+			} else {
+				sess = fmt.Sprintf("bench-%d-%d", agent, i/steps)
+			}
+			req := strings.Replace(reqs[i%len(reqs)], `"sess-7f3a9c"`, `"`+sess+`"`, 1)
+			r := httptest.NewRequest(http.MethodPost, "/aos", strings.NewReader(req))
+			r.Header = header
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+		}
+	})
+}

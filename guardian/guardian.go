@@ -25,8 +25,12 @@ type Config struct {
 	MaxBatch int
 	// HistorySize is how many recent steps of a session rules can see (default 200).
 	HistorySize int
-	// SessionCache is how many sessions' histories stay in memory (default 2000).
+	// SessionCache bounds how many sessions' histories stay in memory (0: no bound by
+	// number; SessionCacheBytes bounds them).
 	SessionCache int
+	// SessionCacheBytes bounds the memory the sessions' histories in memory take
+	// (DefaultSessionCacheBytes when 0); the least recently used are evicted beyond it.
+	SessionCacheBytes int64
 	// PublicURL is the base URL printed and reported by /api/info, e.g. http://127.0.0.1:7878.
 	PublicURL string
 	// DBPath and RulesFile are reported by /api/info.
@@ -50,9 +54,6 @@ func (c *Config) withDefaults() {
 	}
 	if c.HistorySize <= 0 {
 		c.HistorySize = 200
-	}
-	if c.SessionCache <= 0 {
-		c.SessionCache = 2000
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -138,7 +139,7 @@ func New(cfg Config, opts Options) (*Guardian, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	g.sessions = newSessionCache(cfg.SessionCache, cfg.HistorySize, opts.Store)
+	g.sessions = newSessionCache(cfg.SessionCache, cfg.SessionCacheBytes, cfg.HistorySize, opts.Store)
 	g.handler = g.routes(opts.UI, opts.Mount)
 	return g, nil
 }

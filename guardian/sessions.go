@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/rules"
@@ -14,20 +15,34 @@ import (
 
 // sessionCache keeps the recent history and the owners of active sessions in memory, so
 // rules can look at a session's earlier steps, and steps be checked against the session's
-// owners, without a query per step. A miss loads from the store. An entry with a step in
-// flight is not evicted: its owners may be claimed in memory only, until the step is stored.
+// owners, without a query per step. A miss loads from the store. It is bounded by the
+// memory its entries take (and, optionally, by their number), evicting the least recently
+// used: a guardian with many sessions keeps every one that fits rather than cycling a fixed
+// number through the store. An entry with a step in flight is not evicted: its owners may
+// be claimed in memory only, until the step is stored.
 type sessionCache struct {
 	mu      sync.Mutex
 	entries map[string]*sessionState
-	order   []string // insertion order, for eviction
-	max     int
-	hist    int
-	store   Store
+	// lru is the sentinel of the entries' ring, most recently used first (lru.next).
+	lru sessionState
+	// maxEntries bounds the entries' number (0: no bound), maxBytes their memory.
+	maxEntries int
+	maxBytes   int64
+	// bytes is the memory the entries take, as sessionState.size estimates it.
+	bytes atomic.Int64
+	hist  int
+	store Store
 }
 
 type sessionState struct {
 	// pins counts the steps in flight (between get and release).
 	pins atomic.Int32
+	// prev and next link the cache's LRU ring, under the cache's mu.
+	prev, next *sessionState
+	// size estimates the memory the entry takes, in bytes; it changes under mu. cache is
+	// the cache that accounts for it.
+	size  atomic.Int64
+	cache *sessionCache
 
 	mu sync.Mutex
 	id string
@@ -46,35 +61,44 @@ type sessionState struct {
 	lent   int
 }
 
-func newSessionCache(max, hist int, store Store) *sessionCache {
-	return &sessionCache{entries: make(map[string]*sessionState), max: max, hist: hist, store: store}
+// Memory estimates of a cache entry: sessionBytes for the entry itself, its map slot, id,
+// counts and memo; stepBytes for each history slot (a rules.HistoryStep), to which a step's
+// own text and tool are added.
+const (
+	sessionBytes = 1536
+	stepBytes    = int64(unsafe.Sizeof(rules.HistoryStep{}))
+)
+
+// DefaultSessionCacheBytes is the session cache's memory bound when none is configured.
+const DefaultSessionCacheBytes = 512 << 20
+
+func newSessionCache(maxEntries int, maxBytes int64, hist int, store Store) *sessionCache {
+	if maxBytes <= 0 {
+		maxBytes = DefaultSessionCacheBytes
+	}
+	c := &sessionCache{entries: make(map[string]*sessionState), maxEntries: maxEntries, maxBytes: maxBytes,
+		hist: hist, store: store}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+	return c
 }
 
 // get returns the session's state for a step, which must call release when done with it.
 func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 	c.mu.Lock()
 	s, ok := c.entries[id]
-	if !ok {
+	if ok {
+		c.unlink(s)
+	} else {
 		id = strings.Clone(id) // it may share the request's memory (aos.ParseStep)
-		s = &sessionState{id: id, max: c.hist}
+		s = &sessionState{id: id, max: c.hist, cache: c}
+		s.size.Store(sessionBytes + int64(len(id)))
+		c.bytes.Add(s.size.Load())
 		c.entries[id] = s
-		c.order = append(c.order, id)
 	}
+	c.pushFront(s)
 	s.pins.Add(1)
-	if !ok && len(c.order) > c.max {
-		// Evict the oldest inserted entries; a later step of theirs reloads from the store.
-		// Entries with steps in flight move to the back instead (there are at most as many
-		// as requests in flight).
-		drop := len(c.order) - c.max
-		var kept []string
-		for _, old := range c.order[:drop] {
-			if c.entries[old].pins.Load() > 0 {
-				kept = append(kept, old)
-				continue
-			}
-			delete(c.entries, old)
-		}
-		c.order = append(append(c.order[:0:0], c.order[drop:]...), kept...)
+	if !ok {
+		c.evict()
 	}
 	c.mu.Unlock()
 
@@ -93,8 +117,62 @@ func (c *sessionCache) get(ctx context.Context, id string) *sessionState {
 			}
 		}
 		s.counts = rules.CountSteps(s.window())
+		c.resize(s)
 	}
 	return s
+}
+
+// evict drops the least recently used entries without a step in flight while the cache is
+// over its bounds. Entries with steps in flight stay (there are at most as many as requests
+// in flight); a later step of an evicted session reloads it from the store. c.mu is held.
+func (c *sessionCache) evict() {
+	for e := c.lru.prev; e != &c.lru && c.over(); {
+		prev := e.prev
+		if e.pins.Load() == 0 {
+			c.unlink(e)
+			delete(c.entries, e.id)
+			c.bytes.Add(-e.size.Load())
+		}
+		e = prev
+	}
+}
+
+func (c *sessionCache) over() bool {
+	return c.bytes.Load() > c.maxBytes || c.maxEntries > 0 && len(c.entries) > c.maxEntries
+}
+
+func (c *sessionCache) unlink(s *sessionState) {
+	s.prev.next, s.next.prev = s.next, s.prev
+	s.prev, s.next = nil, nil
+}
+
+func (c *sessionCache) pushFront(s *sessionState) {
+	s.prev, s.next = &c.lru, c.lru.next
+	c.lru.next.prev = s
+	c.lru.next = s
+}
+
+// resize recomputes s's memory estimate and the cache's (c may be nil). s.mu is held.
+func (c *sessionCache) resize(s *sessionState) {
+	n := sessionBytes + int64(len(s.id)) + int64(cap(s.steps))*stepBytes
+	for i := range s.steps {
+		n += int64(len(s.steps[i].Text) + len(s.steps[i].Tool))
+	}
+	d := n - s.size.Swap(n)
+	if c != nil {
+		c.bytes.Add(d)
+	}
+}
+
+// keys returns the cached session ids, most recently used first.
+func (c *sessionCache) keys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for e := c.lru.next; e != &c.lru; e = e.next {
+		out = append(out, e.id)
+	}
+	return out
 }
 
 // release ends a step's use of s (from get).
@@ -185,6 +263,8 @@ func (s *sessionState) returnCounts(c *rules.SessionCounts) {
 	}
 }
 
+// add appends a stored step to the session's history, accounting for its memory in the
+// cache it belongs to.
 func (s *sessionState) add(rec storage.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,8 +286,17 @@ func (s *sessionState) add(rec storage.StepRecord) {
 		n := make([]rules.HistoryStep, 0, 2*s.max)
 		n = append(n, s.steps[len(s.steps)-s.max+1:]...)
 		s.steps = n
+		s.steps = append(s.steps, h)
+		s.cache.resize(s)
+		return
 	}
+	before := cap(s.steps)
 	s.steps = append(s.steps, h)
+	d := int64(cap(s.steps)-before)*stepBytes + int64(len(h.Text)+len(h.Tool))
+	s.size.Add(d)
+	if s.cache != nil {
+		s.cache.bytes.Add(d)
+	}
 }
 
 // historyTextLimit bounds the text kept per earlier step, so a session that retrieved large

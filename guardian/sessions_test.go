@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -76,14 +78,14 @@ func TestSessionCacheKeepsCopies(t *testing.T) {
 	defer db.Close()
 	buf := []byte("sess-1 send_email")
 	id, tool := unsafe.String(&buf[0], 6), unsafe.String(&buf[7], 10)
-	c := newSessionCache(10, 5, db)
+	c := newSessionCache(10, 0, 5, db)
 	s := c.get(context.Background(), id)
 	h := HistoryStep(storage.StepRecord{Tool: tool, Method: "m", Decision: "allow"})
 	s.add(storage.StepRecord{SessionID: id, Tool: tool, Method: "m", Kind: "toolCall", Decision: "allow"})
 	copy(buf, "XXXXXXXXXXXXXXXXX")
 	require.Equal(t, "sess-1", s.id)
 	require.Same(t, s, c.get(context.Background(), "sess-1"))
-	require.Equal(t, []string{"sess-1"}, c.order)
+	require.Equal(t, []string{"sess-1"}, c.keys())
 	require.Equal(t, "send_email", h.Tool)
 	require.Equal(t, "send_email", s.steps[0].Tool)
 	require.Equal(t, 1, s.counts.Tools["send_email"])
@@ -97,7 +99,7 @@ func TestSessionCacheKeepsSessionsInUse(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	ctx := context.Background()
-	c := newSessionCache(2, 5, db)
+	c := newSessionCache(2, 0, 5, db)
 	held := c.get(ctx, "held")
 	require.Empty(t, held.admit("agent-b", "key_b", "agent-b"))
 	for i := range 10 {
@@ -107,7 +109,7 @@ func TestSessionCacheKeepsSessionsInUse(t *testing.T) {
 	require.Same(t, held, c.get(ctx, "held"), "in use, never evicted")
 	c.release(held)
 	require.Equal(t, notOwnerKey, held.admit("agent-a", "key_a", "agent-a"))
-	require.LessOrEqual(t, len(c.order), 3)
+	require.LessOrEqual(t, len(c.keys()), 3)
 
 	// Released, it is evicted like any other, and what was stored is all a reload knows.
 	c.release(held)
@@ -147,5 +149,68 @@ func TestSessionAdmit(t *testing.T) {
 			require.Equal(t, tt.wantOwnerKey, s.ownerKey)
 			require.Equal(t, tt.wantOwnerAg, s.ownerAgent)
 		})
+	}
+}
+
+// The cache is bounded by memory: beyond it the least recently used sessions go, the
+// recently used stay, and its accounting matches its entries' sizes.
+func TestSessionCacheBoundedByMemory(t *testing.T) {
+	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	ctx := context.Background()
+	const limit = 64 << 10
+	c := newSessionCache(0, limit, 50, db)
+	text := strings.Repeat("x", 500)
+	hot := c.get(ctx, "hot")
+	c.release(hot)
+	for i := range 200 {
+		s := c.get(ctx, fmt.Sprint("s-", i))
+		for range 3 {
+			s.add(storage.StepRecord{Method: "m", Kind: "toolCall", Tool: "t", Decision: "allow", Text: text})
+		}
+		c.release(s)
+		c.release(c.get(ctx, "hot")) // used all along
+		require.LessOrEqual(t, c.bytes.Load(), int64(limit), "after session %d", i)
+	}
+	keys := c.keys()
+	require.Contains(t, keys, "hot")
+	require.Contains(t, keys, "s-199")
+	require.NotContains(t, keys, "s-0")
+	require.Greater(t, len(keys), 10)
+	var sum int64
+	for _, s := range c.entries {
+		sum += s.size.Load()
+	}
+	require.Equal(t, sum, c.bytes.Load())
+}
+
+// BenchmarkIdleSessionMemory reports the heap an idle cached session of 20 load-generator
+// steps takes, and the cache's estimate of it. Each iteration fills a cache with 20 000
+// sessions: run it with -benchtime 1x.
+func BenchmarkIdleSessionMemory(b *testing.B) {
+	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "v.db"), storage.Options{})
+	require.NoError(b, err)
+	defer db.Close()
+	ctx := context.Background()
+	const n = 20000
+	for b.Loop() {
+		c := newSessionCache(0, 1<<40, 200, db)
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := range n {
+			s := c.get(ctx, fmt.Sprintf("load-s100000-%d", i))
+			for k := range 20 {
+				s.add(storage.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Tool: strings.Clone("send_email"),
+					Decision: "allow", Text: fmt.Sprintf("query=outstanding invoices for customer 8812 in October\nto=dana@corp.example\namount=%d", k*37)})
+			}
+			c.release(s)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/session")
+		b.ReportMetric(float64(c.bytes.Load())/n, "estimate-B/session")
+		runtime.KeepAlive(c)
 	}
 }

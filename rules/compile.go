@@ -172,6 +172,8 @@ type compiledRule struct {
 	code   string
 	when   *vm.Program
 	guards []guard
+	// whole is true when the guards are the whole condition: passing them is a match.
+	whole  bool
 	msg    *template
 	set    []setExpr
 	redact []redactor
@@ -354,7 +356,7 @@ func compileRule(r Rule, hopts []expr.Option, cache *regexCache) (*compiledRule,
 	cr.when, ds = compileExpr(r.When, "when", true, hopts)
 	diags = append(diags, ds...)
 	if cr.when != nil {
-		cr.guards = guardsOf(r.When, cache)
+		cr.guards, cr.whole = guardsOf(r.When, cache)
 		cr.reads = readsOf(r.When)
 	}
 

@@ -43,6 +43,41 @@ type Env struct {
 	// state carries per-evaluation caches (pii(text) once per step, session counts). It is
 	// only set on the private copy Evaluate makes.
 	state *evalState
+	// deferred computes Params, ToolDef and Inputs on first need (see Defer).
+	deferred *Deferred
+}
+
+// Deferred computes the Env fields that cost the most to build, on first need. Evaluate
+// calls each function at most once per evaluation, on its private copy of the Env, when a
+// rule that reads the field gets past its guards; a step whose rules all stop at their
+// guards never builds them. The functions may run concurrently (several Programs may
+// evaluate one Env) and must return the same value each time. A nil function leaves its
+// field as it is.
+type Deferred struct {
+	Params, ToolDef, Inputs func() map[string]any
+}
+
+// Defer makes Evaluate compute the fields d covers when first needed, replacing whatever
+// they hold.
+func (e *Env) Defer(d *Deferred) { e.deferred = d }
+
+// fill computes the deferred fields of need not yet computed in this evaluation.
+func (e *Env) fill(need reads) {
+	d, st := e.deferred, e.state
+	if d == nil || st == nil || need&^st.filled == 0 {
+		return
+	}
+	need &^= st.filled
+	st.filled |= need
+	if need&readsParams != 0 && d.Params != nil {
+		e.Params = d.Params()
+	}
+	if need&readsToolDef != 0 && d.ToolDef != nil {
+		e.ToolDef = d.ToolDef()
+	}
+	if need&readsInputs != 0 && d.Inputs != nil {
+		e.Inputs = d.Inputs()
+	}
 }
 
 // Agent identifies the agent that sent the step.
@@ -84,12 +119,15 @@ func (s Session) WithCounts(c *SessionCounts) Session {
 // kind and decision.
 type SessionCounts struct {
 	Tools, Methods, Kinds, Decisions map[string]int
+	// memo answers the helpers that scan the history (see sessionMemo). Clones share it:
+	// it knows steps by their position in the session, which no window changes.
+	memo *sessionMemo
 }
 
 // CountSteps counts steps.
 func CountSteps(steps []HistoryStep) *SessionCounts {
 	c := &SessionCounts{Tools: map[string]int{}, Methods: map[string]int{}, Kinds: map[string]int{},
-		Decisions: map[string]int{}}
+		Decisions: map[string]int{}, memo: newSessionMemo()}
 	for i := range steps {
 		c.Add(&steps[i], 1)
 	}
@@ -116,7 +154,7 @@ func (c *SessionCounts) Add(h *HistoryStep, delta int) {
 // Clone copies c, for a snapshot that later Adds must not change.
 func (c *SessionCounts) Clone() *SessionCounts {
 	return &SessionCounts{Tools: maps.Clone(c.Tools), Methods: maps.Clone(c.Methods),
-		Kinds: maps.Clone(c.Kinds), Decisions: maps.Clone(c.Decisions)}
+		Kinds: maps.Clone(c.Kinds), Decisions: maps.Clone(c.Decisions), memo: c.memo}
 }
 
 // HistoryStep is one earlier step of the session as the rules see it.

@@ -256,24 +256,31 @@ func (r *compiledRule) evaluate(e *Env, m *vm.VM) (matched bool, set map[string]
 			return false, nil, nil
 		}
 	}
+	if r.reads != 0 && e.deferred != nil {
+		e.fill(r.reads)
+	}
 	b := &e.state.budget
 	b.begin()
-	out, err := m.Run(r.when, e)
-	if err == nil {
-		// A helper that ran past the budget may have finished its own work; the rule
-		// is over the budget all the same.
-		err = b.err
-	}
-	if err != nil {
-		return false, nil, budgetError(err)
-	}
-	switch v := out.(type) {
-	case bool:
-		matched = v
-	case nil:
-		// A condition over a missing input (inputs.flag) is false, not an error.
-	default:
-		return false, nil, fmt.Errorf("condition returned %T, not bool", out)
+	if r.whole {
+		matched = true
+	} else {
+		out, err := m.Run(r.when, e)
+		if err == nil {
+			// A helper that ran past the budget may have finished its own work; the rule
+			// is over the budget all the same.
+			err = b.err
+		}
+		if err != nil {
+			return false, nil, budgetError(err)
+		}
+		switch v := out.(type) {
+		case bool:
+			matched = v
+		case nil:
+			// A condition over a missing input (inputs.flag) is false, not an error.
+		default:
+			return false, nil, fmt.Errorf("condition returned %T, not bool", out)
+		}
 	}
 	if matched && r.mode == ModeEnforce && len(r.set) > 0 {
 		set, err = r.evalSet(m, e)

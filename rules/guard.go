@@ -8,20 +8,20 @@ import (
 	"github.com/expr-lang/expr/parser"
 )
 
-// guard is a test on a string field of the Env that a condition's leading conjuncts make
-// necessary: for `tool == "send_email" && …` the VM need not run when the tool differs.
-// Most rules start this way, so checking the guard in Go skips most of a policy per step.
-// Only leading conjuncts that cannot fail are used, so skipping never hides a run-time
-// error the condition would have raised (&& evaluates left to right and stops at false).
+// guard is a conjunct of a condition that the condition makes necessary, checked in Go:
+// for `… && tool == "send_email"` the VM need not run when the tool differs. Only
+// conjuncts before the first one that could fail are used, so skipping never hides a
+// run-time error the condition would have raised (&& evaluates left to right and stops at
+// false); see order.go.
 type guard struct {
 	// name is the field's expr name (tool, agent.id), for the rule index.
 	name   string
 	field  func(*Env) string
 	values []string
 	negate bool
-	// test, when set, is the whole conjunct evaluated in Go instead: a constant regexp
-	// match of a field, a session counter against a number, or a test of the domains of
-	// the field's URLs.
+	// test, when set, is the whole conjunct evaluated in Go instead (guardBool): a
+	// constant regexp match, a session counter against a number, a test of the domains of
+	// URLs, a prefix test, a clock test and the like.
 	test func(*Env) bool
 }
 
@@ -51,6 +51,21 @@ var guardFields = map[string]func(*Env) string{
 	"mcp.tool":   func(e *Env) string { return e.MCP.Tool },
 	"a2a.method": func(e *Env) string { return e.A2A.Method },
 	"text":       func(e *Env) string { return e.Text },
+	// Fields no rule index files by in practice, but which cheap tests read.
+	"agent.version":  func(e *Env) string { return e.Agent.Version },
+	"agent.provider": func(e *Env) string { return e.Agent.Provider },
+	"agent.model":    func(e *Env) string { return e.Agent.Model },
+	"user.name":      func(e *Env) string { return e.User.Name },
+	"user.email":     func(e *Env) string { return e.User.Email },
+	"user.org":       func(e *Env) string { return e.User.Org },
+	"session.id":     func(e *Env) string { return e.Session.ID },
+	"turnId":         func(e *Env) string { return e.TurnID },
+	"stepId":         func(e *Env) string { return e.StepID },
+	"reasoning":      func(e *Env) string { return e.Reasoning },
+	"a2a.text":       func(e *Env) string { return e.A2A.Text },
+	"a2a.from":       func(e *Env) string { return e.A2A.From },
+	"a2a.to":         func(e *Env) string { return e.A2A.To },
+	"a2a.contextId":  func(e *Env) string { return e.A2A.ContextID },
 }
 
 // counterFields are the counting helpers a guard may evaluate, by the field they count.
@@ -58,22 +73,38 @@ var counterFields = map[string]string{
 	"countTool": "tool", "countMethod": "method", "countKind": "kind", "countDecision": "decision",
 }
 
-// guardsOf returns the guards of a condition's leading conjuncts; regexps go through cache,
+// guardsOf returns the guards of a condition, cheapest first, and whether they are the
+// whole condition (then the VM need not run when they pass). Guards come from the
+// conjuncts before the first one that could fail (see order.go); regexps go through cache,
 // as the condition's own `matches` do.
-func guardsOf(src string, cache *regexCache) []guard {
+func guardsOf(src string, cache *regexCache) ([]guard, bool) {
 	tree, err := parser.Parse(src)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	var out []guard
-	for _, c := range conjuncts(tree.Node) {
-		g, ok := guardOf(c, cache)
-		if !ok {
-			break
+	type costed struct {
+		g    guard
+		cost int
+	}
+	var out []costed
+	cs := conjuncts(tree.Node)
+	for _, c := range cs {
+		if typeOf(c, tBad) != tBool {
+			break // it may fail: a guard after it could hide its error
 		}
-		out = append(out, g)
+		if g, ok := guardOf(c); ok {
+			out = append(out, costed{g, costField})
+		} else if f, cost, ok := guardBool(c, cache); ok {
+			out = append(out, costed{guard{test: f}, cost})
+		}
+		// Otherwise the VM evaluates it; the conjuncts after it may still be guards.
 	}
-	return out
+	slices.SortStableFunc(out, func(a, b costed) int { return a.cost - b.cost })
+	gs := make([]guard, len(out))
+	for i, c := range out {
+		gs[i] = c.g
+	}
+	return gs, len(gs) == len(cs)
 }
 
 // conjuncts flattens a && b && c into [a b c], left to right.
@@ -84,30 +115,14 @@ func conjuncts(n ast.Node) []ast.Node {
 	return []ast.Node{n}
 }
 
-func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
-	if g, ok := urlGuard(n); ok {
-		return g, true
-	}
+// guardOf recognises an equality or `in` test of a step field against constants, which
+// the rule index can file the rule under.
+func guardOf(n ast.Node) (guard, bool) {
 	b, ok := n.(*ast.BinaryNode)
 	if !ok {
 		return guard{}, false
 	}
-	if g, ok := counterGuard(b); ok {
-		return g, true
-	}
 	switch b.Operator {
-	case "matches":
-		// `text matches "…"` with a valid constant pattern cannot fail.
-		_, field, ok := fieldOf(b.Left)
-		pat, isStr := b.Right.(*ast.StringNode)
-		if !ok || !isStr {
-			return guard{}, false
-		}
-		en := cache.entry(pat.Value)
-		if en.err != nil {
-			return guard{}, false
-		}
-		return guard{test: func(e *Env) bool { return en.match(e, field(e)) }}, true
 	case "==", "!=":
 		f, s := b.Left, b.Right
 		if _, isStr := f.(*ast.StringNode); isStr {
@@ -136,32 +151,6 @@ func guardOf(n ast.Node, cache *regexCache) (guard, bool) {
 		return g, true
 	}
 	return guard{}, false
-}
-
-// counterGuard recognises `countTool(session, "name") > 3` and the like (any comparison
-// with an integer, the counter on the left, a plain name, not a glob): counting cannot fail.
-func counterGuard(b *ast.BinaryNode) (guard, bool) {
-	cmp := map[string]func(a, b int) bool{
-		">": func(a, b int) bool { return a > b }, ">=": func(a, b int) bool { return a >= b },
-		"<": func(a, b int) bool { return a < b }, "<=": func(a, b int) bool { return a <= b },
-		"==": func(a, b int) bool { return a == b }, "!=": func(a, b int) bool { return a != b },
-	}[b.Operator]
-	call, isCall := b.Left.(*ast.CallNode)
-	num, isInt := b.Right.(*ast.IntegerNode)
-	if cmp == nil || !isCall || !isInt || len(call.Arguments) != 2 {
-		return guard{}, false
-	}
-	callee, ok := call.Callee.(*ast.IdentifierNode)
-	field := counterFields[callee.Value]
-	sess, isIdent := call.Arguments[0].(*ast.IdentifierNode)
-	name, isStr := call.Arguments[1].(*ast.StringNode)
-	if !ok || field == "" || !isIdent || sess.Value != "session" || !isStr || isGlob(name.Value) {
-		return guard{}, false
-	}
-	want, key := num.Value, name.Value
-	return guard{test: func(e *Env) bool {
-		return cmp(sessionOf(e, e.Session).counts(field)[key], want)
-	}}, true
 }
 
 // urlGuard recognises `any(urls(text), {domain(#) == "evil.example"})`, the usual

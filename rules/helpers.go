@@ -221,6 +221,8 @@ type evalState struct {
 	folded folded
 	// budget bounds the rule being evaluated.
 	budget budget
+	// filled are the deferred Env fields already computed (Env.Defer).
+	filled reads
 	// shard is the counter shard this state counts in; evaluations counts its own
 	// evaluations, to pick the timed ones; mask is the candidate rules' buffer. They
 	// outlive reset.
@@ -256,6 +258,7 @@ func (st *evalState) reset() {
 	st.has = st.has[:0]
 	st.folded = folded{}
 	st.budget = budget{}
+	st.filled = 0
 }
 
 // envOf returns the evaluation's Env passed as a helper's hidden first argument.
@@ -285,6 +288,41 @@ func memo[T any](e *Env, name, s string, fn func(string) T) T {
 func piiSpans(e *Env, s string) []span    { return memo(e, "piiSpans", s, findPII) }
 func secretSpans(e *Env, s string) []span { return memo(e, "secretSpans", s, findSecrets) }
 func urlSpans(e *Env, s string) []span    { return memo(e, "urlSpans", s, findURLs) }
+
+// scanners are the text-scanning helpers: what they find, and what of it they return.
+var scanners = map[string]struct {
+	find    func(*Env, string) []span
+	project func(string, []span) []string
+}{
+	"pii":         {piiSpans, spanStrings},
+	"piiKinds":    {piiSpans, func(_ string, sp []span) []string { return spanKinds(sp, piiKindOrder) }},
+	"emails":      {piiSpans, onlyKind(PIIEmail)},
+	"secrets":     {secretSpans, spanStrings},
+	"secretKinds": {secretSpans, func(_ string, sp []span) []string { return spanKinds(sp, secretKindOrder) }},
+	"urls":        {urlSpans, spanStrings},
+}
+
+// onlyKind projects the spans of one kind.
+func onlyKind(kind string) func(string, []span) []string {
+	return func(s string, sp []span) []string {
+		out := []string{}
+		for _, x := range sp {
+			if x.kind == kind {
+				out = append(out, s[x.start:x.end])
+			}
+		}
+		return out
+	}
+}
+
+// scanList is the result of the scanner name on s, computed once per evaluation.
+func scanList(e *Env, name, s string) []string {
+	sc := scanners[name]
+	return memo(e, name, s, func(s string) []string {
+		_ = spend(e, len(s), 0) // an overrun shows at the next check: the work is done
+		return sc.project(s, sc.find(e, s))
+	})
+}
 
 // urlDomains is domain() of each of urls(s), for guards.
 func urlDomains(e *Env, s string) []string { return memo(e, "urlDomains", s, domainsOfURLs) }
@@ -405,6 +443,12 @@ func sessionTextOf(e *Env, s Session) string {
 	if e.state == nil || !sameSteps(e, s) {
 		return join()
 	}
+	if m := memoOf(e, s); m != nil {
+		if t, ok := m.sessionText(s); ok {
+			_ = spend(e, len(t), len(t)) // what the join would have cost the budget
+			return t
+		}
+	}
 	ix := sessionOf(e, s)
 	if ix.text == nil {
 		t := join()
@@ -463,6 +507,88 @@ func sessionHas(c *regexCache, e *Env, s Session, sel, sub string) (bool, error)
 	return false, nil
 }
 
+// sessionHasCached is sessionHas answered once per evaluation and question, from the
+// session's memo when it has one.
+func sessionHasCached(c *regexCache, e *Env, s Session, sel, sub string) (bool, error) {
+	if e.state == nil || !sameSteps(e, s) {
+		return sessionHas(c, e, s, sel, sub)
+	}
+	key := sel + "\x00" + sub
+	for _, q := range e.state.has {
+		if q.key == key {
+			return q.v, nil
+		}
+	}
+	var v bool
+	var err error
+	ok := false
+	if m := memoOf(e, s); m != nil {
+		v, ok, err = m.sessionHas(c, s, sel, sub)
+	}
+	if !ok && err == nil {
+		v, err = sessionHas(c, e, s, sel, sub)
+	}
+	if err == nil {
+		e.state.has = append(e.state.has, hasEntry{key, v})
+	}
+	return v, err
+}
+
+// countToolWithin counts the calls of tool name (a glob allowed) in s received within d
+// before now, from the session's memo when it has one.
+func countToolWithin(c *regexCache, e *Env, s Session, name string, d time.Duration) (int, error) {
+	since := e.Now.Add(-d)
+	if m := memoOf(e, s); m != nil {
+		if n, ok, err := m.countWithin(c, s, name, since); ok || err != nil {
+			return n, err
+		}
+	}
+	n := 0
+	for i := len(s.Steps) - 1; i >= 0; i-- {
+		h := &s.Steps[i]
+		if h.ReceivedAt.Before(since) {
+			break // history is oldest first
+		}
+		if !isToolCall(h) {
+			continue
+		}
+		ok := h.Tool == name
+		if isGlob(name) {
+			var err error
+			if ok, err = c.glob(name, h.Tool); err != nil {
+				return 0, err
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// toolStreak counts the newest consecutive calls of tool name (a glob allowed) in s.
+func toolStreak(c *regexCache, s Session, name string) (int, error) {
+	n := 0
+	for i := len(s.Steps) - 1; i >= 0; i-- {
+		h := &s.Steps[i]
+		if !isToolCall(h) {
+			continue
+		}
+		ok := h.Tool == name
+		if isGlob(name) {
+			var err error
+			if ok, err = c.glob(name, h.Tool); err != nil {
+				return 0, err
+			}
+		}
+		if !ok {
+			break
+		}
+		n++
+	}
+	return n, nil
+}
+
 func toStrings(v any) []string {
 	switch x := v.(type) {
 	case []string:
@@ -497,32 +623,14 @@ func toDuration(v any) (time.Duration, error) {
 // cache c belongs to the Program being compiled.
 func helperOptions(c *regexCache) []expr.Option {
 	str := func(v any) string { return toText(v) }
-	spanFn := func(name string, find func(*Env, string) []span, project func(string, []span) []string) expr.Option {
+	spanFn := func(name string) expr.Option {
 		return expr.Function(name, func(p ...any) (any, error) {
 			e := envOf(p[0])
-			s := str(p[1])
 			if err := spend(e, 0, 0); err != nil {
 				return nil, err
 			}
-			return memo(e, name, s, func(s string) []string {
-				_ = spend(e, len(s), 0) // an overrun shows at the next check: the work is done
-				return project(s, find(e, s))
-			}), nil
+			return scanList(e, name, str(p[1])), nil
 		}, new(func(Env, string) []string))
-	}
-	kindsOf := func(order []string) func(string, []span) []string {
-		return func(_ string, sp []span) []string { return spanKinds(sp, order) }
-	}
-	onlyKind := func(kind string) func(string, []span) []string {
-		return func(s string, sp []span) []string {
-			out := []string{}
-			for _, x := range sp {
-				if x.kind == kind {
-					out = append(out, s[x.start:x.end])
-				}
-			}
-			return out
-		}
 	}
 	session := func(v any) Session { s, _ := v.(Session); return s }
 	counter := func(name, field string) expr.Option {
@@ -533,12 +641,8 @@ func helperOptions(c *regexCache) []expr.Option {
 	}
 
 	return append(budgetOptions(),
-		spanFn("pii", piiSpans, spanStrings),
-		spanFn("piiKinds", piiSpans, kindsOf(piiKindOrder)),
-		spanFn("emails", piiSpans, onlyKind(PIIEmail)),
-		spanFn("secrets", secretSpans, spanStrings),
-		spanFn("secretKinds", secretSpans, kindsOf(secretKindOrder)),
-		spanFn("urls", urlSpans, spanStrings),
+		spanFn("pii"), spanFn("piiKinds"), spanFn("emails"), spanFn("secrets"), spanFn("secretKinds"),
+		spanFn("urls"),
 		expr.Function("domain", func(p ...any) (any, error) {
 			return memo(envOf(p[0]), "domain", str(p[1]), domainOf), nil
 		}, new(func(Env, string) string)),
@@ -591,50 +695,10 @@ func helperOptions(c *regexCache) []expr.Option {
 			if err != nil {
 				return 0, err
 			}
-			since := e.Now.Add(-d)
-			n := 0
-			for i := len(s.Steps) - 1; i >= 0; i-- {
-				h := &s.Steps[i]
-				if h.ReceivedAt.Before(since) {
-					break // history is oldest first
-				}
-				if !isToolCall(h) {
-					continue
-				}
-				ok := h.Tool == name
-				if isGlob(name) {
-					if ok, err = c.glob(name, h.Tool); err != nil {
-						return 0, err
-					}
-				}
-				if ok {
-					n++
-				}
-			}
-			return n, nil
+			return countToolWithin(c, e, s, name, d)
 		}, new(func(Env, Session, string, time.Duration) int)),
 		expr.Function("toolStreak", func(p ...any) (any, error) {
-			s := session(p[1])
-			name := str(p[2])
-			n := 0
-			for i := len(s.Steps) - 1; i >= 0; i-- {
-				h := &s.Steps[i]
-				if !isToolCall(h) {
-					continue
-				}
-				ok := h.Tool == name
-				if isGlob(name) {
-					var err error
-					if ok, err = c.glob(name, h.Tool); err != nil {
-						return 0, err
-					}
-				}
-				if !ok {
-					break
-				}
-				n++
-			}
-			return n, nil
+			return toolStreak(c, session(p[1]), str(p[2]))
 		}, new(func(Env, Session, string) int)),
 		expr.Function("lastTool", func(p ...any) (any, error) {
 			s := session(p[0])
@@ -656,21 +720,7 @@ func helperOptions(c *regexCache) []expr.Option {
 			e := envOf(p[0])
 			s := session(p[1])
 			sel := str(p[2])
-			sub := strings.ToLower(str(p[3]))
-			if e.state == nil || !sameSteps(e, s) {
-				return sessionHas(c, e, s, sel, sub)
-			}
-			key := sel + "\x00" + sub
-			for _, q := range e.state.has {
-				if q.key == key {
-					return q.v, nil
-				}
-			}
-			v, err := sessionHas(c, e, s, sel, sub)
-			if err == nil {
-				e.state.has = append(e.state.has, hasEntry{key, v})
-			}
-			return v, err
+			return sessionHasCached(c, e, s, sel, strings.ToLower(str(p[3])))
 		}, new(func(Env, Session, string, string) bool)),
 		// The clock is the Env's `now`, so evaluation is repeatable in tests and backtests.
 		expr.DisableBuiltin("now"),

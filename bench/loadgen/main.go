@@ -4,6 +4,11 @@
 // level alternates floor and guardian over several rounds, so a busy machine slows both alike.
 //
 //	go run ./bench/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
+//
+// With -vs-no-rules a second guardian without rules is measured in the same rounds, and the
+// rules' cost is the paired ratio of the two. -session-steps starts a new session after that
+// many steps; -sessions spreads the agents' steps round-robin over that many sessions (a
+// list: each is a level, compared with the first).
 package main
 
 import (
@@ -50,6 +55,11 @@ type options struct {
 	concurrency []int
 	rounds      int
 	markdown    bool
+	vsNoRules   bool
+	// sessionSteps ends a session after that many steps (0: never).
+	sessionSteps int
+	// sessions are the levels of concurrently active sessions (none: one per agent).
+	sessions []int
 }
 
 func run() error {
@@ -63,7 +73,20 @@ func run() error {
 	flag.StringVar(&conc, "concurrency", "1,8,32", "comma-separated numbers of concurrent agents")
 	flag.IntVar(&o.rounds, "rounds", 3, "measurements of floor and guardian, alternating, per concurrency level")
 	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
+	flag.BoolVar(&o.vsNoRules, "vs-no-rules", false, "also measure a guardian without rules and report the rules' throughput against it")
+	flag.IntVar(&o.sessionSteps, "session-steps", 0, "start a new session after this many steps (0: one session per agent for the whole run)")
+	var sess string
+	flag.StringVar(&sess, "sessions", "", "comma-separated numbers of concurrently active sessions the agents' steps are spread over, round-robin; each is measured against the first")
 	flag.Parse()
+	if sess != "" {
+		for _, f := range strings.Split(sess, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-sessions: %q is not a positive integer", f)
+			}
+			o.sessions = append(o.sessions, n)
+		}
+	}
 	for _, f := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -94,47 +117,130 @@ func run() error {
 	if o.rounds < 1 {
 		return fmt.Errorf("-rounds: %d is not a positive integer", o.rounds)
 	}
+	if len(o.sessions) > 0 {
+		return runSessions(o, target)
+	}
+	baseline := ""
+	if o.vsNoRules {
+		if o.target != "" || o.rules == "" {
+			return errors.New("-vs-no-rules needs -rules and no -target")
+		}
+		url, stop, err := startVigil(ctx, o.vigil, "")
+		if err != nil {
+			return err
+		}
+		defer stop()
+		baseline = url
+	}
+	load := traffic{sessionSteps: o.sessionSteps}
 	type row struct {
-		c            int
-		floor, vigil result
+		c                   int
+		floor, vigil, noRul result
 		// Medians over the rounds of the paired ratios: each round measures the floor and
 		// the guardian back to back, so a busy machine slows both alike.
 		rpsRatio, p50Ratio float64
+		rulesRps, rulesP50 float64
 	}
 	var rows []row
 	for _, c := range o.concurrency {
-		var fs, vs []result
-		var rpsRatios, p50Ratios []float64
+		var fs, vs, ns []result
+		var rpsRatios, p50Ratios, rulesRps, rulesP50 []float64
 		for range o.rounds {
-			f, err := drive(floorURL, c, o.warmup, o.duration)
+			f, err := drive(floorURL, c, o.warmup, o.duration, load)
 			if err != nil {
 				return fmt.Errorf("floor at %d: %w", c, err)
 			}
-			v, err := drive(target, c, o.warmup, o.duration)
+			v, err := drive(target, c, o.warmup, o.duration, load)
 			if err != nil {
 				return fmt.Errorf("vigil at %d: %w", c, err)
 			}
 			fs, vs = append(fs, f), append(vs, v)
 			rpsRatios = append(rpsRatios, v.rps/f.rps)
 			p50Ratios = append(p50Ratios, float64(v.p50)/float64(f.p50))
+			if baseline != "" {
+				n, err := drive(baseline, c, o.warmup, o.duration, load)
+				if err != nil {
+					return fmt.Errorf("vigil without rules at %d: %w", c, err)
+				}
+				ns = append(ns, n)
+				rulesRps = append(rulesRps, v.rps/n.rps)
+				rulesP50 = append(rulesP50, float64(v.p50)/float64(n.p50))
+			}
 		}
-		rows = append(rows, row{c, combine(fs), combine(vs), median(rpsRatios), median(p50Ratios)})
+		r := row{c: c, floor: combine(fs), vigil: combine(vs), rpsRatio: median(rpsRatios), p50Ratio: median(p50Ratios)}
+		if baseline != "" {
+			r.noRul, r.rulesRps, r.rulesP50 = combine(ns), median(rulesRps), median(rulesP50)
+		}
+		rows = append(rows, r)
 	}
-	fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
-	fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	if o.sessionSteps > 0 {
+		fmt.Printf("Sessions of %d steps.\n\n", o.sessionSteps)
+	}
+	if baseline != "" {
+		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor | throughput vs no rules | p50 vs no rules |\n")
+		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
+		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	}
 	for _, r := range rows {
-		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors)
-		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
-			100*r.rpsRatio, r.p50Ratio)
+		extra := ""
+		if baseline != "" {
+			extra = " | |"
+		}
+		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |%s\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors, extra)
+		if baseline != "" {
+			fmt.Printf("| %d | vigil, no rules | %.0f | %s | %s | %s | %d | | | | |\n", r.c, r.noRul.rps, us(r.noRul.p50), us(r.noRul.p90), us(r.noRul.p99), r.noRul.errors)
+			extra = fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rulesRps, r.rulesP50)
+		}
+		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |%s\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
+			100*r.rpsRatio, r.p50Ratio, extra)
 	}
 	fmt.Printf("\n%d rounds per level, floor and vigil alternating, %s each after %s of warm-up: req/s is the median round,\n"+
 		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n",
 		o.rounds, o.duration, o.warmup)
 	for _, r := range rows {
-		if r.vigil.errors > 0 {
-			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors, r.c)
+		if r.vigil.errors > 0 || r.noRul.errors > 0 {
+			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors+r.noRul.errors, r.c)
 		}
 	}
+	return nil
+}
+
+// runSessions measures the guardian with the agents' steps spread over each number of
+// sessions in turn, alternating the levels within each round, against the first level.
+// Every session gets a step before a level is measured, so all of them are active.
+func runSessions(o options, target string) error {
+	c := o.concurrency[len(o.concurrency)-1]
+	rs := make([][]result, len(o.sessions))
+	ratios := make([][]float64, len(o.sessions))
+	for round := range o.rounds {
+		for i, n := range o.sessions {
+			load := traffic{sessions: n, sessionSteps: o.sessionSteps, prefix: fmt.Sprintf("s%d-", n)}
+			warm := o.warmup
+			if round == 0 {
+				load.warmSteps = n // the first round makes every session exist
+			}
+			r, err := drive(target, c, warm, o.duration, load)
+			if err != nil {
+				return fmt.Errorf("vigil with %d sessions: %w", n, err)
+			}
+			rs[i] = append(rs[i], r)
+			ratios[i] = append(ratios[i], r.rps/rs[0][round].rps)
+		}
+	}
+	fmt.Printf("%d agents, steps spread round-robin over the sessions.\n\n", c)
+	fmt.Printf("| sessions | req/s | p50 | p90 | p99 | errors | throughput vs %d sessions |\n|---:|---:|---:|---:|---:|---:|---:|\n", o.sessions[0])
+	for i, n := range o.sessions {
+		r := combine(rs[i])
+		fmt.Printf("| %d | %.0f | %s | %s | %s | %d | %.0f %% |\n", n, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors, 100*median(ratios[i]))
+		if r.errors > 0 {
+			defer fmt.Fprintf(os.Stderr, "loadgen: %d failed requests with %d sessions\n", r.errors, n)
+		}
+	}
+	fmt.Printf("\n%d rounds, levels alternating, %s each after %s of warm-up (the first round's warm-up lasts\n"+
+		"until every session has a step): req/s is the median round, ratios the medians of the rounds' ratios.\n",
+		o.rounds, o.duration, o.warmup)
 	return nil
 }
 
@@ -147,9 +253,21 @@ type result struct {
 	lat           []time.Duration // sorted
 }
 
+// traffic says how steps are spread over sessions.
+type traffic struct {
+	// sessions, when set, is how many sessions the agents share round-robin; otherwise
+	// each agent has its own.
+	sessions int
+	// sessionSteps starts a new session after that many steps of one (0: never).
+	sessionSteps int
+	// warmSteps makes the warm-up last until that many steps were answered.
+	warmSteps int
+	prefix    string
+}
+
 // drive runs c agents in a closed loop against url: each sends a step, waits for the
-// answer, and sends the next. Each agent has its own session.
-func drive(url string, c int, warmup, dur time.Duration) (result, error) {
+// answer, and sends the next.
+func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, error) {
 	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -160,16 +278,35 @@ func drive(url string, c int, warmup, dur time.Duration) (result, error) {
 	lat := make([][]time.Duration, c)
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
+	var answered atomic.Int64
+	run := time.Now().UnixNano()
 	for a := range c {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			session := fmt.Sprintf("load-%d-%d", time.Now().UnixNano(), a)
+			var session string
+			// share: the sessions this agent sends to, round-robin (a, a+c, a+2c, …).
+			share := 1
+			if load.sessions > 0 {
+				share = max(1, (load.sessions-a+c-1)/c)
+			}
 			for i := 0; !stop.Load(); i++ {
-				body := stepBody(session, i)
+				k := i % share
+				step := i / share
+				switch {
+				case load.sessions > 0:
+					session = fmt.Sprintf("load-%s%d", load.prefix, a+k*c)
+				default:
+					session = fmt.Sprintf("load-%d-%d", run, a)
+				}
+				if load.sessionSteps > 0 {
+					session += fmt.Sprintf("-%d", step/load.sessionSteps)
+				}
+				body := stepBody(session, step)
 				t0 := time.Now()
 				err := post(client, url, body)
 				d := time.Since(t0)
+				answered.Add(1)
 				if !measuring.Load() {
 					continue
 				}
@@ -183,6 +320,9 @@ func drive(url string, c int, warmup, dur time.Duration) (result, error) {
 		}()
 	}
 	time.Sleep(warmup) // the warm-up is a duration by definition
+	for answered.Load() < int64(load.warmSteps) {
+		time.Sleep(50 * time.Millisecond) // polling a counter the agents advance
+	}
 	measuring.Store(true)
 	start := time.Now()
 	time.Sleep(dur)

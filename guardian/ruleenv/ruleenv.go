@@ -35,11 +35,25 @@ func Build(step *aos.Step, hist History, now time.Time) *rules.Env {
 	return build(step, hist, now, true, true, true)
 }
 
-// BuildFor is Build for one Program: it leaves Env.Params, Env.ToolDef and Env.Inputs nil
-// when no rule of prog reads them. Evaluate the result with that same prog (not
+// BuildFor is Build for one Program: Env.Params, Env.ToolDef and Env.Inputs are built only
+// when a rule of prog that reads them gets past its cheap tests on this step (Env.Defer),
+// and never when no rule of prog reads them. Evaluate the result with that same prog (not
 // Engine.Evaluate, which may have swapped in rules that do read them meanwhile).
 func BuildFor(prog *rules.Program, step *aos.Step, hist History, now time.Time) *rules.Env {
-	return build(step, hist, now, prog.UsesParams(), prog.UsesToolDef(), prog.UsesInputs())
+	env := build(step, hist, now, false, false, false)
+	d := &rules.Deferred{}
+	if prog.UsesParams() {
+		d.Params = func() map[string]any { return decodeParams(step) }
+	}
+	if prog.UsesInputs() {
+		d.Inputs = step.Inputs
+	}
+	if prog.UsesToolDef() && env.Tool != "" && step.Context != nil {
+		tools, tool := step.Context.Agent.Tools, env.Tool
+		d.ToolDef = func() map[string]any { return toolDef(tools, tool) }
+	}
+	env.Defer(d)
+	return env
 }
 
 func build(step *aos.Step, hist History, now time.Time, params, toolDefs, inputs bool) *rules.Env {
@@ -83,15 +97,24 @@ func build(step *aos.Step, hist History, now time.Time, params, toolDefs, inputs
 		StepCount: max(hist.StepCount, len(hist.Steps)),
 		Steps:     hist.Steps,
 	}.WithCounts(hist.Counts)
-	if params && len(step.Params) > 0 {
-		var m map[string]any
-		// ParseStep already validated params as a JSON object; a failure here would be a
-		// bug upstream, and rules reading params then see nil.
-		if err := json.Unmarshal(step.Params, &m); err == nil {
-			env.Params = m
-		}
+	if params {
+		env.Params = decodeParams(step)
 	}
 	return env
+}
+
+// decodeParams is the step's params as a generic map.
+func decodeParams(step *aos.Step) map[string]any {
+	if len(step.Params) == 0 {
+		return nil
+	}
+	var m map[string]any
+	// ParseStep already validated params as a JSON object; a failure here would be a bug
+	// upstream, and rules reading params then see nil.
+	if err := json.Unmarshal(step.Params, &m); err != nil {
+		return nil
+	}
+	return m
 }
 
 // HistoryStep is how a decided step appears in later steps' session history.
