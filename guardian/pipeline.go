@@ -253,6 +253,15 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 		// A native A2A message has no StepContext but names its sender; without it the
 		// console could only call the session's agent unknown.
 		rec.AgentName = step.A2A.From
+	} else if step.MCP != nil {
+		// An MCP gateway names the client (its clientInfo) in the AOS params' _meta.
+		if ci, ok := step.MCP.Meta["clientInfo"].(map[string]any); ok {
+			rec.AgentID, _ = ci["name"].(string)
+			rec.AgentName = rec.AgentID
+			if v, _ := ci["version"].(string); v != "" && rec.AgentName != "" {
+				rec.AgentName += " " + v
+			}
+		}
 	}
 	return rec
 }
