@@ -21,14 +21,15 @@ func newSSEWriter(w http.ResponseWriter) *sseWriter {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	s := newSSEWriterStarted(w)
-	_ = s.rc.Flush()
-	return s
+	return newSSEWriterStarted(w)
 }
 
-// newSSEWriterStarted writes into an answer whose headers are already sent.
+// newSSEWriterStarted writes into an answer whose status is written, and sends the headers
+// at once: a client waits for them before it goes on (a GET stream may stay silent).
 func newSSEWriterStarted(w http.ResponseWriter) *sseWriter {
-	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	_ = s.rc.Flush()
+	return s
 }
 
 func (s *sseWriter) event(data []byte) {

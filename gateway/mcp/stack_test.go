@@ -42,7 +42,7 @@ rules:
     action: deny
     message: That result is classified.
   - id: readonly-seen
-    when: mcp.method == "tools/call" && toolDef.annotations.readOnlyHint == true && inputs.message == "annotated"
+    when: mcp.method == "tools/call" && toolDef?.annotations?.readOnlyHint == true && inputs.message == "annotated"
     action: deny
     message: read-only tool seen with its annotations
   - id: review-sums
