@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
+	"github.com/vigil-guardian/vigil/gateway/mcp"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 )
 
@@ -70,6 +71,8 @@ type Config struct {
 	// AgentAPIApprovals says who answers their MCP approval requests: vigil or client.
 	AgentAPI          []string
 	AgentAPIApprovals string
+	// MCP are the MCP Streamable HTTP upstreams served at /mcp/NAME (NAME=URL each).
+	MCP []string
 	// HTTP timeouts (0: none) and connection bounds (MaxConns 0: from the open-file limit).
 	ReadTimeout   time.Duration
 	WriteTimeout  time.Duration
@@ -113,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runUsers(args, stdout, stderr)
 	case "hook":
 		return runHook(args, os.Stdin, stdout, stderr)
+	case "mcp":
+		return runMCP(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "vigil %s\n", version)
 		return 0
@@ -140,6 +145,8 @@ Usage:
                                 (AGENT: claude-code, codex, gemini, cursor)
   vigil hook install AGENT [--project DIR | --user] [--uninstall]
                                 add Vigil's hook to the agent's settings
+  vigil mcp wrap [--guardian URL] [--name NAME] -- CMD ARGS...
+                                run an MCP stdio server behind Vigil (what an MCP client launches)
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
   vigil version                 print the version
@@ -188,6 +195,18 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 				return err
 			}
 			cfg.AgentAPI = append(cfg.AgentAPI, u)
+		}
+		return nil
+	})
+	fset.Func("mcp", "MCP server NAME=URL (its Streamable HTTP endpoint) served at /mcp/NAME (repeatable; VIGIL_MCP: comma-separated)", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u == "" {
+				continue
+			}
+			if _, _, err := mcp.ParseUpstream(u); err != nil {
+				return err
+			}
+			cfg.MCP = append(cfg.MCP, u)
 		}
 		return nil
 	})

@@ -243,6 +243,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if err != nil {
 		return fail(err)
 	}
+	mcpGateways, err := mcpRoutes(cfg, az, &g, log)
+	if err != nil {
+		return fail(err)
+	}
+	gateways = append(gateways, mcpGateways...)
 	g, err = guardian.New(guardian.Config{
 		Version:      version,
 		MaxBodyBytes: cfg.MaxBodyBytes,
