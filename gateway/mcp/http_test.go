@@ -147,8 +147,10 @@ func TestHTTPSamplingAndElicitation(t *testing.T) {
 	defer cancel()
 	var sampled, elicited atomic.Int64
 	cs := s.connect(ctx, &sdk.ClientOptions{
+		//lint:ignore SA1019 servers still send sampling requests in the deprecation window; the proxy must judge them
 		CreateMessageHandler: func(_ context.Context, r *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
 			sampled.Add(1)
+			//lint:ignore SA1019 servers still send sampling requests in the deprecation window
 			return &sdk.CreateMessageResult{Model: "test", Role: "assistant", Content: &sdk.TextContent{Text: "sampled answer"}}, nil
 		},
 		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
