@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -38,4 +39,12 @@ func TestMCPWrapFlags(t *testing.T) {
 		_, err := parseMCPWrap(bad, io.Discard)
 		require.Error(t, err, bad)
 	}
+}
+
+// TestMCPPack runs the test cases of the MCP rule pack.
+func TestMCPPack(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := runRules([]string{"test", filepath.Join("examples", "rules", "mcp.yaml")}, &stdout, &stderr)
+	require.Zero(t, code, stdout.String()+stderr.String())
+	require.NotContains(t, stdout.String(), "FAIL")
 }

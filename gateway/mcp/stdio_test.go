@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +228,44 @@ func TestStdioTransparentAndOutOfOrder(t *testing.T) {
 	require.NoError(t, clientW.Close())
 	require.NoError(t, serverOut.Close())
 	require.NoError(t, <-done)
+}
+
+// The example rule pack in front of the real filesystem server: a write outside the
+// workspace waits for a person (and does not happen when denied), a secret read from a file
+// is redacted before the client sees it.
+func TestStdioFilesystemWithRulePack(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-filesystem")
+	pack, err := os.ReadFile(filepath.Join("..", "..", "examples", "rules", "mcp.yaml"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "creds.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("AKIAIOSFODNN7EXAMPLE\n"), 0o600))
+	s := newStack(t, string(pack), "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, _ := wrap(t, s.url, OnErrorDeny, bin, dir)
+	_, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "read_text_file", Arguments: map[string]any{"path": secret}})
+	require.NoError(t, err)
+	require.NotContains(t, text(t, res), "AKIAIOSFODNN7EXAMPLE")
+	require.Contains(t, text(t, res), "[REDACTED")
+
+	target := filepath.Join(dir, "out.txt")
+	got := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": target, "content": "x"}})
+		if err != nil {
+			res = &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+		}
+		got <- res
+	}()
+	h := s.waitHold(ctx)
+	require.Equal(t, "fs-write-outside-workspace", h.RuleID)
+	s.decideHold(h.ID, "deny")
+	res = <-got
+	require.True(t, res.IsError)
+	require.Contains(t, text(t, res), "Denied by Vigil")
+	require.NoFileExists(t, target)
 }
