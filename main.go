@@ -71,8 +71,10 @@ type Config struct {
 	// AgentAPIApprovals says who answers their MCP approval requests: vigil or client.
 	AgentAPI          []string
 	AgentAPIApprovals string
-	// MCP are the MCP Streamable HTTP upstreams served at /mcp/NAME (NAME=URL each).
-	MCP []string
+	// MCP are the MCP Streamable HTTP upstreams served at /mcp/NAME (NAME=URL each);
+	// MCPShowDenied keeps tools a rule denies outright in their tools/list answers.
+	MCP           []string
+	MCPShowDenied bool
 	// HTTP timeouts (0: none) and connection bounds (MaxConns 0: from the open-file limit).
 	ReadTimeout   time.Duration
 	WriteTimeout  time.Duration
@@ -210,6 +212,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 		}
 		return nil
 	})
+	fset.BoolVar(&cfg.MCPShowDenied, "mcp-show-denied", false, "keep in an MCP server's tools/list the tools a rule denies outright (by default they are hidden)")
 	fset.StringVar(&cfg.AgentAPIApprovals, "agentapi-approvals", agentapi.ApprovalsVigil, "who answers an Agent API upstream's MCP approval requests: vigil (rules and holds decide) or client (what Vigil allows goes to the client with Vigil's verdict)")
 	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included")
 	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top)")

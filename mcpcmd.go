@@ -186,6 +186,11 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// Preview lets the MCP gateway hide from tools/list the tools a rule denies outright.
+func (l lateGuardian) Preview(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) guardian.Verdict {
+	return (*l.g).Preview(ctx, step, meta)
+}
+
 // mcpRoutes builds the --mcp gateways; their routes need an agent key as /aos does (in
 // X-Vigil-Key, since the client's Authorization belongs to the upstream).
 func mcpRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.Logger) ([]func(*http.ServeMux), error) {
@@ -200,7 +205,7 @@ func mcpRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.Logge
 			return nil, fmt.Errorf("-mcp: the name %q is given twice", name)
 		}
 		seen[name] = true
-		gw, err := mcp.New(mcp.Config{Name: name, URL: url, MaxBodyBytes: cfg.MaxBodyBytes},
+		gw, err := mcp.New(mcp.Config{Name: name, URL: url, MaxBodyBytes: cfg.MaxBodyBytes, ShowDenied: cfg.MCPShowDenied},
 			mcp.Options{Decider: lateGuardian{g}, Logger: log, Wrap: az.GatewayMiddleware(mcp.Refuse), KeyOf: auth.KeyOf})
 		if err != nil {
 			return nil, err

@@ -307,3 +307,17 @@ func (g *Guardian) MayAct(step *aos.Step, meta RequestMeta) bool {
 	}
 	return true // a policy that cannot tell might act
 }
+
+// Preview is what the rules decide for step in its session now, before any hold: nothing
+// is stored, held or published. A gateway uses it to hide from a tool list the tools a rule
+// would deny anyway (the MCP gateway's tools/list), so the model never tries them.
+func (g *Guardian) Preview(ctx context.Context, step *aos.Step, meta RequestMeta) Verdict {
+	if g.holds != nil && g.holds.Control(SessionFor(step, meta)) == "blocked" {
+		return Verdict{Decision: string(aos.Deny), RuleID: "session-blocked"}
+	}
+	hist := g.sessions.get(ctx, SessionFor(step, meta))
+	defer g.sessions.release(hist)
+	snap := hist.snapshot()
+	defer snap.release()
+	return g.policy.Decide(ctx, step, snap, g.now())
+}

@@ -34,6 +34,9 @@ type Config struct {
 	MaxSessions int
 	// ProgressEvery is how often a held tools/call gets a progress notification (10s).
 	ProgressEvery time.Duration
+	// ShowDenied keeps in tools/list answers the tools a rule denies outright (by default
+	// they are hidden, so the model never tries them).
+	ShowDenied bool
 }
 
 // Options are the gateway's collaborators.
@@ -170,12 +173,17 @@ func (gw *Gateway) newSession(r *http.Request) *Session {
 	if sid := r.Header.Get(sessionHeader); sid != "" {
 		id = vigilSession(gw.cfg.Name, sid)
 	}
-	return NewSession(SessionConfig{ID: id, Upstream: gw.cfg.Name, ProgressEvery: gw.cfg.ProgressEvery,
-		Judge: InProcess(gw.dec, func() guardian.RequestMeta {
-			m := meta
-			m.ReceivedAt = time.Now()
-			return m
-		})})
+	metaNow := func() guardian.RequestMeta {
+		m := meta
+		m.ReceivedAt = time.Now()
+		return m
+	}
+	cfg := SessionConfig{ID: id, Upstream: gw.cfg.Name, ProgressEvery: gw.cfg.ProgressEvery,
+		Judge: InProcess(gw.dec, metaNow)}
+	if p, ok := gw.dec.(Previewer); ok && !gw.cfg.ShowDenied {
+		cfg.Hides = HidesInProcess(p, metaNow)
+	}
+	return NewSession(cfg)
 }
 
 func vigilSession(upstream, sid string) string {

@@ -25,7 +25,15 @@ func TestHTTPToolCalls(t *testing.T) {
 
 	tools, err := cs.ListTools(ctx, nil)
 	require.NoError(t, err)
-	require.NotEmpty(t, tools.Tools)
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	// get-env is denied outright: the model never sees it. A held or modified tool, or one a
+	// rule denies only for some arguments, stays.
+	require.NotContains(t, names, "get-env")
+	require.Contains(t, names, "echo")
+	require.Contains(t, names, "get-sum")
 
 	cases := []struct {
 		name    string
@@ -35,7 +43,7 @@ func TestHTTPToolCalls(t *testing.T) {
 		want    string
 	}{
 		{"allowed", "echo", map[string]any{"message": "hello"}, false, "Echo: hello"},
-		{"denied call is a tool error", "get-env", map[string]any{}, true, "Denied by Vigil: The environment is private."},
+		{"a hidden tool called anyway is denied", "get-env", map[string]any{}, true, "Denied by Vigil: The environment is private."},
 		{"arguments redacted", "echo", map[string]any{"message": "key secret-abc1 here"}, false, "Echo: key [REDACTED] here"},
 		{"result redacted", "echo", map[string]any{"message": "tok-12345"}, false, "Echo: [REDACTED]"},
 		{"result withheld", "echo", map[string]any{"message": "classified"}, true, "Denied by Vigil: That result is classified."},
@@ -223,4 +231,18 @@ func TestHTTPGetStreamHeadersSentAtOnce(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+}
+
+func TestHTTPShowDenied(t *testing.T) {
+	up := startEverythingHTTP(t)
+	s := newStack(t, testRules, up, Config{ShowDenied: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tools, err := s.connect(ctx, nil).ListTools(ctx, nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	require.Contains(t, names, "get-env")
 }

@@ -45,6 +45,37 @@ func InProcess(dec Decider, meta func() guardian.RequestMeta) JudgeFunc {
 	}
 }
 
+// Previewer is a Decider that can say what the rules decide without recording a step
+// (*guardian.Guardian).
+type Previewer interface {
+	Preview(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) guardian.Verdict
+}
+
+// HidesInProcess reports whether an enforced rule denies a step outright (no rule failed to
+// evaluate: a rule that errs on a call without arguments says nothing about the tool).
+func HidesInProcess(p Previewer, meta func() guardian.RequestMeta) func(ctx context.Context, params []byte) bool {
+	return func(ctx context.Context, params []byte) bool {
+		req := make([]byte, 0, len(params)+64)
+		req = append(req, `{"jsonrpc":"2.0","id":0,"method":"protocols/MCP","params":`...)
+		req = append(req, params...)
+		req = append(req, '}')
+		step, perr := aos.ParseStep(req)
+		if perr != nil {
+			return false
+		}
+		v := p.Preview(ctx, step, meta())
+		if v.Decision != string(aos.Deny) {
+			return false
+		}
+		for _, m := range v.Matches {
+			if m.Error != "" {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // Remote judges over HTTP with the guardian's /aos endpoint (vigil mcp wrap).
 func Remote(c *aos.Client) JudgeFunc {
 	return func(ctx context.Context, params []byte) (Outcome, error) {

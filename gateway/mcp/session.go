@@ -52,6 +52,10 @@ type SessionConfig struct {
 	ProgressEvery time.Duration
 	// MaxPending bounds the requests in flight each way (default 1024).
 	MaxPending int
+	// Hides, when not nil, reports whether a rule would deny a call of a tool whatever its
+	// arguments (params are a tools/call step's AOS params with empty arguments); such
+	// tools are left out of tools/list answers, so the model never tries them.
+	Hides func(ctx context.Context, params []byte) bool
 }
 
 type pendingReq struct {
@@ -259,6 +263,11 @@ func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
 			return pass(msg)
 		case "tools/list":
 			s.learnTools(m.Result)
+			if s.cfg.Hides != nil {
+				if out, changed := s.hideDenied(ctx, &m); changed {
+					return Action{Forward: out, Changed: true}
+				}
+			}
 			return pass(msg)
 		}
 		if !judgedClientMethods[p.method] || len(m.Result) == 0 {
@@ -354,8 +363,62 @@ func errorResponse(id json.RawMessage, code int, msg string) []byte {
 	return b
 }
 
+// hideDenied returns the tools/list answer m without the tools Hides names.
+func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
+	var r map[string]json.RawMessage
+	if json.Unmarshal(m.Result, &r) != nil {
+		return nil, false
+	}
+	var tools []json.RawMessage
+	if json.Unmarshal(r["tools"], &tools) != nil {
+		return nil, false
+	}
+	kept := make([]json.RawMessage, 0, len(tools))
+	for _, t := range tools {
+		var n struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(t, &n) == nil && n.Name != "" {
+			call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+				"params": map[string]any{"name": n.Name, "arguments": map[string]any{}}})
+			if params, err := s.stepParams(call, n.Name, false); err == nil && s.cfg.Hides(ctx, params) {
+				continue
+			}
+		}
+		kept = append(kept, t)
+	}
+	if len(kept) == len(tools) {
+		return nil, false
+	}
+	r["tools"], _ = json.Marshal(kept)
+	res, err := json.Marshal(r)
+	if err != nil {
+		return nil, false
+	}
+	out, err := json.Marshal(message{JSONRPC: "2.0", ID: m.ID, Result: res})
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
 // judge asks the guardian about one message, applying the error policy.
 func (s *Session) judge(ctx context.Context, msg []byte, tool string, response bool) Outcome {
+	params, err := s.stepParams(msg, tool, response)
+	if err != nil {
+		return s.failed(fmt.Errorf("encode step: %w", err))
+	}
+	out, err := s.cfg.Judge(ctx, params)
+	if err != nil {
+		return s.failed(err)
+	}
+	return out
+}
+
+// stepParams are the AOS protocols/MCP params of msg: the message and, in _meta, what
+// the gateway knows (session, client, server, the tool's definition, the tool a result
+// answers).
+func (s *Session) stepParams(msg []byte, tool string, response bool) ([]byte, error) {
 	s.mu.Lock()
 	meta := map[string]any{"upstream": s.cfg.Upstream}
 	if s.cfg.ID != "" {
@@ -376,18 +439,10 @@ func (s *Session) judge(ctx context.Context, msg []byte, tool string, response b
 		}
 	}
 	s.mu.Unlock()
-	params, err := json.Marshal(struct {
+	return json.Marshal(struct {
 		Message json.RawMessage `json:"message"`
 		Meta    map[string]any  `json:"_meta"`
 	}{json.RawMessage(bytes.TrimSpace(msg)), meta})
-	if err != nil {
-		return s.failed(fmt.Errorf("encode step: %w", err))
-	}
-	out, err := s.cfg.Judge(ctx, params)
-	if err != nil {
-		return s.failed(err)
-	}
-	return out
 }
 
 func (s *Session) failed(err error) Outcome {
