@@ -75,4 +75,3 @@ func BenchmarkToolCall(b *testing.B) {
 func wrapClient(b *testing.B, guardianURL, bin string) (*sdk.ClientSession, chan error) {
 	return wrap(b, guardianURL, OnErrorDeny, bin, "stdio")
 }
-
