@@ -55,8 +55,8 @@ func (l *lineWriter) line(b []byte) {
 // judges. Messages that may wait for the guardian (a call under review) are handled on
 // their own goroutine, so the rest of the traffic (other responses, notifications, the
 // server's requests) keeps flowing; every message is written whole. When the client's
-// input ends, the server's stdin is closed once the client's messages in flight are
-// through; Relay returns when the server's output ends (or ctx is done), after the server's
+// input ends, its messages still waiting for a verdict are dropped (their holds abandoned)
+// and the server's stdin is closed; Relay returns when the server's output ends (or ctx is done), after the server's
 // messages in flight are through.
 func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 	if maxLine <= 0 {
@@ -68,11 +68,18 @@ func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 	defer cancel()
 
 	clientErr := make(chan error, 1)
+	// A client that closes its input is done (MCP's stdio shutdown): its messages still
+	// waiting for a verdict, a hold above all, are abandoned rather than forwarded later.
+	clientCtx, clientGone := context.WithCancel(ctx)
+	defer clientGone()
 	go func() {
 		var wg sync.WaitGroup
 		err := eachLine(p.ClientIn, maxLine, func(line []byte) {
 			handle := func() {
-				a := s.FromClient(ctx, line, toClient.line)
+				a := s.FromClient(clientCtx, line, toClient.line)
+				if clientCtx.Err() != nil {
+					return
+				}
 				toClient.line(a.Reply)
 				toServer.line(a.Forward)
 			}
@@ -82,6 +89,7 @@ func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 				handle()
 			}
 		})
+		clientGone()
 		wg.Wait()
 		// The client is gone: the server sees its stdin close, as without Vigil.
 		_ = p.ServerIn.Close()

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/holds"
 )
 
 // wrap is a client's view of `vigil mcp wrap`: the relay between the Go SDK's client and a
@@ -268,4 +269,51 @@ func TestStdioFilesystemWithRulePack(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Contains(t, text(t, res), "Denied by Vigil")
 	require.NoFileExists(t, target)
+}
+
+// A client that closes its input while a call is held is gone: the hold is abandoned and
+// the call never reaches the server.
+func TestStdioClientLeavesDuringHold(t *testing.T) {
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess := NewSession(SessionConfig{ID: "mcp-leave", Upstream: "raw", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+	clientIn, clientW := io.Pipe()
+	clientR, clientOut := io.Pipe()
+	serverInR, serverIn := io.Pipe()
+	serverOutR, serverOut := io.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, clientR) }()
+	forwarded := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(serverInR)
+		forwarded <- b
+		_ = serverOut.Close() // the server exits once its input ends
+	}()
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(context.Background(), sess, Pipes{ClientIn: clientIn, ClientOut: clientOut, ServerIn: serverIn, ServerOut: serverOutR}, 0)
+	}()
+	_, err := io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":1,"b":2}}}`+"\n")
+	require.NoError(t, err)
+	h := s.waitHold(ctx)
+	require.NoError(t, clientW.Close())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the relay waited for the hold of a client that left")
+	}
+	require.Empty(t, <-forwarded)
+	for {
+		got, err := s.holds.Get(ctx, h.ID)
+		require.NoError(t, err)
+		if got.Status == holds.StatusAbandoned {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("hold still %s", got.Status)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
