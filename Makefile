@@ -48,8 +48,17 @@ deps-frontend: frontend/node_modules/.stamp
 deps-desktop:
 	@bash scripts/deps-desktop.sh all
 
+# The real MCP servers the MCP gateway tests run (test/mcp/package-lock.json).
+test/mcp/node_modules/.stamp: test/mcp/package.json test/mcp/package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "npm is required for the MCP gateway tests (apt-get install nodejs npm)"; exit 1; }
+	cd test/mcp && for i in 1 2 3; do \
+		$(NPM) ci --no-audit --no-fund --fetch-retries=5 --fetch-timeout=120000 && break; \
+		[ $$i = 3 ] && exit 1; echo "npm ci failed; retrying"; sleep 5; \
+	done
+	touch $@
+
 ## deps-test: everything the tests need: npm packages, chromium, staticcheck, Xvfb.
-deps-test: deps-frontend
+deps-test: deps-frontend test/mcp/node_modules/.stamp
 	@bash scripts/deps-test.sh
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 

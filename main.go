@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
+	"github.com/vigil-guardian/vigil/gateway/mcp"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
 )
@@ -73,6 +74,10 @@ type Config struct {
 	// AgentAPIApprovals says who answers their MCP approval requests: vigil or client.
 	AgentAPI          []string
 	AgentAPIApprovals string
+	// MCP are the MCP Streamable HTTP upstreams served at /mcp/NAME (NAME=URL each);
+	// MCPShowDenied keeps tools a rule denies outright in their tools/list answers.
+	MCP           []string
+	MCPShowDenied bool
 	// HTTP timeouts (0: none) and connection bounds (MaxConns 0: from the open-file limit).
 	ReadTimeout   time.Duration
 	WriteTimeout  time.Duration
@@ -131,6 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runHook(args, os.Stdin, stdout, stderr)
 	case "completion":
 		return runCompletion(args, stdout, stderr)
+	case "mcp":
+		return runMCP(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "vigil %s\n", version)
 		return 0
@@ -158,6 +165,8 @@ Usage:
                                 (AGENT: claude-code, codex, gemini, cursor)
   vigil hook install AGENT [--project DIR | --user] [--uninstall]
                                 add Vigil's hook to the agent's settings
+  vigil mcp wrap [--guardian URL] [--name NAME] -- CMD ARGS...
+                                run an MCP stdio server behind Vigil (what an MCP client launches)
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
   vigil completion bash|zsh|fish  shell completion script (see the README)
@@ -227,6 +236,19 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 		}
 		return nil
 	})
+	fset.Func("mcp", "MCP server NAME=URL (its Streamable HTTP endpoint) served at /mcp/NAME (repeatable; VIGIL_MCP: comma-separated)", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u == "" {
+				continue
+			}
+			if _, _, err := mcp.ParseUpstream(u); err != nil {
+				return err
+			}
+			cfg.MCP = append(cfg.MCP, u)
+		}
+		return nil
+	})
+	fset.BoolVar(&cfg.MCPShowDenied, "mcp-show-denied", false, "keep in an MCP server's tools/list the tools a rule denies outright (by default they are hidden)")
 	fset.StringVar(&cfg.AgentAPIApprovals, "agentapi-approvals", agentapi.ApprovalsVigil, "who answers an Agent API upstream's MCP approval requests: vigil (rules and holds decide) or client (what Vigil allows goes to the client with Vigil's verdict)")
 	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included")
 	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top)")

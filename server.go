@@ -266,6 +266,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return fail(err)
 	}
 	gateways = append(gateways, aapRoutes...)
+	mcpGateways, err := mcpRoutes(cfg, az, &g, log)
+	if err != nil {
+		return fail(err)
+	}
+	gateways = append(gateways, mcpGateways...)
 	g, err = guardian.New(guardian.Config{
 		Version:           version,
 		MaxBodyBytes:      cfg.MaxBodyBytes,

@@ -253,6 +253,15 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 		// A native A2A message has no StepContext but names its sender; without it the
 		// console could only call the session's agent unknown.
 		rec.AgentName = step.A2A.From
+	} else if step.MCP != nil {
+		// An MCP gateway names the client (its clientInfo) in the AOS params' _meta.
+		if ci, ok := step.MCP.Meta["clientInfo"].(map[string]any); ok {
+			rec.AgentID, _ = ci["name"].(string)
+			rec.AgentName = rec.AgentID
+			if v, _ := ci["version"].(string); v != "" && rec.AgentName != "" {
+				rec.AgentName += " " + v
+			}
+		}
 	}
 	return rec
 }
@@ -297,4 +306,18 @@ func (g *Guardian) MayAct(step *aos.Step, meta RequestMeta) bool {
 		return p.MayAct(step)
 	}
 	return true // a policy that cannot tell might act
+}
+
+// Preview is what the rules decide for step in its session now, before any hold: nothing
+// is stored, held or published. A gateway uses it to hide from a tool list the tools a rule
+// would deny anyway (the MCP gateway's tools/list), so the model never tries them.
+func (g *Guardian) Preview(ctx context.Context, step *aos.Step, meta RequestMeta) Verdict {
+	if g.holds != nil && g.holds.Control(SessionFor(step, meta)) == "blocked" {
+		return Verdict{Decision: string(aos.Deny), RuleID: "session-blocked"}
+	}
+	hist := g.sessions.get(ctx, SessionFor(step, meta))
+	defer g.sessions.release(hist)
+	snap := hist.snapshot()
+	defer snap.release()
+	return g.policy.Decide(ctx, step, snap, g.now())
 }

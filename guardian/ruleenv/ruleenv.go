@@ -87,6 +87,7 @@ func build(step *aos.Step, hist History, now time.Time, params, toolDefs, inputs
 	}
 	if m := step.MCP; m != nil {
 		env.MCP = rules.MCP{Method: m.Method, Tool: m.ToolName, Arguments: m.Arguments}
+		mcpMeta(env, m, toolDefs)
 	}
 	if a := step.A2A; a != nil {
 		env.A2A = rules.A2A{Method: a.Method, Text: strings.Join(a.Texts, "\n"), From: a.From,
@@ -144,6 +145,26 @@ func FromMethodParams(method string, params json.RawMessage) (*rules.Env, error)
 		return nil, fmt.Errorf("ruleenv: %w", aerr)
 	}
 	return Build(step, History{}, time.Time{}), nil
+}
+
+// mcpMeta reads what an MCP gateway adds in the AOS params' _meta (the wrapped layout):
+// the tool's definition from the server's tools/list (toolDef, with its annotations such as
+// readOnlyHint and destructiveHint), and for a response the tool it answers (tool), which
+// an MCP response does not name itself. The MCP message is never changed by this.
+func mcpMeta(env *rules.Env, m *aos.MCPParams, toolDefs bool) {
+	if m.Meta == nil {
+		return
+	}
+	if env.Tool == "" && m.Method == "" {
+		if t, ok := m.Meta["tool"].(string); ok {
+			env.Tool = t
+		}
+	}
+	if toolDefs && env.Tool != "" {
+		if td, ok := m.Meta["toolDef"].(map[string]any); ok {
+			env.ToolDef = td
+		}
+	}
 }
 
 // toolDef finds the tool in the agent's tool list (by id, then by name) and returns it as

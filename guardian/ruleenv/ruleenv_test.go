@@ -315,3 +315,33 @@ func TestExampleModificationsStayValid(t *testing.T) {
 		require.Positive(t, n)
 	}
 }
+
+// An MCP gateway adds the tool's definition from tools/list, and for a response the tool it
+// answers, in the AOS params' _meta; rules see them as toolDef and tool.
+func TestBuildMCPGatewayMeta(t *testing.T) {
+	def := `{"name":"write_file","annotations":{"destructiveHint":true}}`
+	cases := []struct {
+		name, params string
+		tool         string
+		toolDef      map[string]any
+	}{
+		{"call with its definition",
+			`{"message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file","arguments":{}}},"_meta":{"toolDef":` + def + `}}`,
+			"write_file", map[string]any{"name": "write_file", "annotations": map[string]any{"destructiveHint": true}}},
+		{"result names its tool",
+			`{"message":{"jsonrpc":"2.0","id":1,"result":{"content":[]}},"_meta":{"tool":"write_file","toolDef":` + def + `}}`,
+			"write_file", map[string]any{"name": "write_file", "annotations": map[string]any{"destructiveHint": true}}},
+		{"a request's own tool name wins",
+			`{"message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file"}},"_meta":{"tool":"write_file"}}`,
+			"read_file", nil},
+		{"no meta", `{"message":{"jsonrpc":"2.0","id":1,"result":{}}}`, "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env, err := FromMethodParams(aos.MethodMCP, json.RawMessage(c.params))
+			require.NoError(t, err)
+			require.Equal(t, c.tool, env.Tool)
+			require.Equal(t, c.toolDef, env.ToolDef)
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// DefaultMaxLine bounds one stdio message (64 MiB): a longer line ends the relay, since
+// passing it unjudged could let a tool result through that no rule saw.
+const DefaultMaxLine = 64 << 20
+
+// ErrLineTooLong ends a relay whose peer sent a message over the bound.
+var ErrLineTooLong = errors.New("mcp: message over the size bound")
+
+// Pipes are the four ends a stdio relay connects.
+type Pipes struct {
+	ClientIn  io.Reader      // what the client writes (Vigil's stdin)
+	ClientOut io.Writer      // what the client reads (Vigil's stdout)
+	ServerIn  io.WriteCloser // the server's stdin
+	ServerOut io.Reader      // the server's stdout
+	// ClientDone, when not nil, is called once the client's input has ended and the
+	// server's stdin is closed (a wrapper then gives the server a while to exit).
+	ClientDone func()
+}
+
+// lineWriter writes whole lines, one at a time, so concurrent answers never interleave.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	// err is the first write error; later writes are dropped.
+	err error
+}
+
+func (l *lineWriter) line(b []byte) {
+	if b == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	buf := make([]byte, 0, len(b)+1)
+	buf = append(buf, bytes.TrimRight(b, "\r\n")...)
+	buf = append(buf, '\n')
+	_, l.err = l.w.Write(buf)
+}
+
+// Relay passes newline-delimited JSON-RPC between a client and a server, judging what s
+// judges. Messages that may wait for the guardian (a call under review) are handled on
+// their own goroutine, so the rest of the traffic (other responses, notifications, the
+// server's requests) keeps flowing; every message is written whole. When the client's
+// input ends, its messages still waiting for a verdict are dropped (their holds abandoned)
+// and the server's stdin is closed; Relay returns when the server's output ends (or ctx is done), after the server's
+// messages in flight are through.
+func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
+	if maxLine <= 0 {
+		maxLine = DefaultMaxLine
+	}
+	toClient := &lineWriter{w: p.ClientOut}
+	toServer := &lineWriter{w: p.ServerIn}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	clientErr := make(chan error, 1)
+	// A client that closes its input is done (MCP's stdio shutdown): its messages still
+	// waiting for a verdict, a hold above all, are abandoned rather than forwarded later.
+	clientCtx, clientGone := context.WithCancel(ctx)
+	defer clientGone()
+	go func() {
+		var wg sync.WaitGroup
+		err := eachLine(p.ClientIn, maxLine, func(line []byte) {
+			handle := func() {
+				a := s.FromClient(clientCtx, line, toClient.line)
+				if clientCtx.Err() != nil {
+					return
+				}
+				toClient.line(a.Reply)
+				toServer.line(a.Forward)
+			}
+			if s.MayBlock(line, true) {
+				wg.Go(handle)
+			} else {
+				handle()
+			}
+		})
+		clientGone()
+		wg.Wait()
+		// The client is gone: the server sees its stdin close, as without Vigil.
+		_ = p.ServerIn.Close()
+		if p.ClientDone != nil {
+			p.ClientDone()
+		}
+		clientErr <- err
+	}()
+
+	var wg sync.WaitGroup
+	serverErr := eachLine(p.ServerOut, maxLine, func(line []byte) {
+		handle := func() {
+			a := s.FromServer(ctx, line)
+			toServer.line(a.Reply)
+			toClient.line(a.Forward)
+		}
+		if s.MayBlock(line, false) {
+			wg.Go(handle)
+		} else {
+			handle()
+		}
+	})
+	wg.Wait()
+	select {
+	case err := <-clientErr:
+		if err != nil {
+			return err
+		}
+	default:
+	}
+	return serverErr
+}
+
+// eachLine calls fn with each line of r (without its newline; a copy fn may keep).
+func eachLine(r io.Reader, maxLine int, fn func([]byte)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			full := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(full) > maxLine {
+					return fmt.Errorf("%w (%d bytes)", ErrLineTooLong, maxLine)
+				}
+				line, err = br.ReadSlice('\n')
+				full = append(full, line...)
+			}
+			line = full
+		} else {
+			line = append([]byte(nil), line...)
+		}
+		if len(line) > maxLine {
+			return fmt.Errorf("%w (%d bytes)", ErrLineTooLong, maxLine)
+		}
+		if t := bytes.TrimRight(line, "\r\n"); len(t) > 0 {
+			fn(t)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}

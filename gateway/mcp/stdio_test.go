@@ -1,0 +1,319 @@
+package mcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/holds"
+)
+
+// wrap is a client's view of `vigil mcp wrap`: the relay between the Go SDK's client and a
+// real server process, judged over HTTP by the guardian at guardianURL.
+func wrap(t testing.TB, guardianURL, onError string, argv ...string) (*sdk.ClientSession, chan error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	serverIn, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	serverOut, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	clientR, relayW := io.Pipe() // relay → client
+	relayR, clientW := io.Pipe() // client → relay
+	sess := NewSession(SessionConfig{ID: "mcp-test-" + strings.ReplaceAll(t.Name(), "/", "-"), Upstream: "everything",
+		Judge: Remote(aos.NewClient(guardianURL + "/aos")), OnError: onError, ProgressEvery: 10 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() {
+		err := Relay(context.Background(), sess, Pipes{ClientIn: relayR, ClientOut: relayW, ServerIn: serverIn, ServerOut: serverOut}, 0)
+		_ = relayW.Close()
+		done <- err
+	}()
+	c := sdk.NewClient(&sdk.Implementation{Name: "stdio-client", Version: "0.1"}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.IOTransport{Reader: clientR, Writer: clientW}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, done
+}
+
+func TestStdioToolCalls(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-everything")
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, _ := wrap(t, s.url, OnErrorDeny, bin, "stdio")
+	_, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	cases := []struct {
+		name    string
+		tool    string
+		args    map[string]any
+		isError bool
+		want    string
+	}{
+		{"allowed", "echo", map[string]any{"message": "hello"}, false, "Echo: hello"},
+		{"denied", "get-env", map[string]any{}, true, "Denied by Vigil: The environment is private."},
+		{"arguments redacted", "echo", map[string]any{"message": "key secret-abc1 here"}, false, "Echo: key [REDACTED] here"},
+		{"result redacted", "echo", map[string]any{"message": "tok-12345"}, false, "Echo: [REDACTED]"},
+		{"result withheld", "echo", map[string]any{"message": "classified"}, true, "Denied by Vigil: That result is classified."},
+		{"annotations", "echo", map[string]any{"message": "annotated"}, true, "Denied by Vigil: read-only tool seen with its annotations"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: c.tool, Arguments: c.args})
+			require.NoError(t, err)
+			require.Equal(t, c.isError, res.IsError)
+			require.Equal(t, c.want, text(t, res))
+		})
+	}
+
+	// A held call does not stop the rest of the session.
+	got := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "get-sum", Arguments: map[string]any{"a": 2, "b": 3}})
+		if err != nil {
+			res = &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+		}
+		got <- res
+	}()
+	h := s.waitHold(ctx)
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "meanwhile"}})
+	require.NoError(t, err)
+	require.Equal(t, "Echo: meanwhile", text(t, res))
+	s.decideHold(h.ID, "approve")
+	require.Equal(t, "The sum of 2 and 3 is 5.", text(t, <-got))
+}
+
+func TestStdioGuardianUnreachable(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-everything")
+	dead := httptest.NewServer(nil)
+	dead.Close()
+	for _, c := range []struct {
+		policy, want string
+		isError      bool
+	}{
+		{OnErrorDeny, "Denied by Vigil: the guardian could not be asked", true},
+		{OnErrorAllow, "Echo: hi", false},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, _ := wrap(t, dead.URL, c.policy, bin, "stdio")
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hi"}})
+			require.NoError(t, err)
+			require.Equal(t, c.isError, res.IsError)
+			require.Contains(t, text(t, res), c.want)
+		})
+	}
+}
+
+func TestStdioLargeResult(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-everything")
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, _ := wrap(t, s.url, OnErrorDeny, bin, "stdio")
+	// 10 MB each way: under /aos's default 10 MiB body bound (--max-body-bytes) with the wrapping.
+	big := strings.Repeat("0123456789", 1_000_000)
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"message": big}})
+	require.NoError(t, err)
+	require.False(t, res.IsError, text(t, res)[:min(300, len(text(t, res)))])
+	require.Equal(t, "Echo: "+big, text(t, res))
+}
+
+// A server that dies ends the relay, and the client sees its input end.
+func TestStdioServerCrash(t *testing.T) {
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", "read l; exit 3")
+	serverIn, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	serverOut, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	clientIn, clientW := io.Pipe()
+	clientR, clientOut := io.Pipe()
+	sess := NewSession(SessionConfig{ID: "mcp-crash", Upstream: "crashy", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(ctx, sess, Pipes{ClientIn: clientIn, ClientOut: clientOut, ServerIn: serverIn, ServerOut: serverOut}, 0)
+		_ = clientOut.Close()
+	}()
+	go func() {
+		_, _ = io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}`+"\n")
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("relay did not end with the server")
+	}
+	b, err := io.ReadAll(clientR)
+	require.NoError(t, err)
+	require.Empty(t, b)
+	var exit *exec.ExitError
+	require.ErrorAs(t, cmd.Wait(), &exit)
+	require.Equal(t, 3, exit.ExitCode())
+	_ = clientW.Close()
+}
+
+// Responses out of order, notifications and server requests in between, and lines that
+// are not JSON-RPC all reach the client as the server wrote them.
+func TestStdioTransparentAndOutOfOrder(t *testing.T) {
+	s := newStack(t, "", "http://127.0.0.1:1/mcp", Config{})
+	j := Remote(aos.NewClient(s.url + "/aos"))
+	sess := NewSession(SessionConfig{ID: "mcp-raw", Upstream: "raw", Judge: j})
+	clientIn, clientW := io.Pipe()
+	clientR, clientOut := io.Pipe()
+	serverInR, serverIn := io.Pipe()
+	serverOutR, serverOut := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(context.Background(), sess, Pipes{ClientIn: clientIn, ClientOut: clientOut, ServerIn: serverIn, ServerOut: serverOutR}, 0)
+		_ = clientOut.Close()
+	}()
+	fromServer := bufio.NewReader(serverInR)
+	fromRelay := bufio.NewReader(clientR)
+	send := func(w io.Writer, s string) {
+		_, err := io.WriteString(w, s+"\n")
+		require.NoError(t, err)
+	}
+	recv := func(r *bufio.Reader) string {
+		l, err := r.ReadString('\n')
+		require.NoError(t, err)
+		return strings.TrimSuffix(l, "\n")
+	}
+	for i := 1; i <= 2; i++ {
+		call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t%d","arguments":{}}}`, i, i)
+		go send(clientW, call)
+		require.JSONEq(t, call, recv(fromServer))
+	}
+	out := []string{
+		`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"two"}]}}`,
+		`not json at all {`,
+		`{"jsonrpc":"2.0","id":"s1","method":"roots/list"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"one"}]}}`,
+	}
+	go func() {
+		for _, l := range out {
+			send(serverOut, l)
+		}
+	}()
+	var got []string
+	for range out {
+		got = append(got, recv(fromRelay))
+	}
+	// The judged results may overtake each other; every line arrives whole and unchanged.
+	require.ElementsMatch(t, out, got)
+	for _, l := range got {
+		if l != out[2] {
+			require.True(t, json.Valid([]byte(l)), l)
+		}
+	}
+	require.NoError(t, clientW.Close())
+	require.NoError(t, serverOut.Close())
+	require.NoError(t, <-done)
+}
+
+// The example rule pack in front of the real filesystem server: a write outside the
+// workspace waits for a person (and does not happen when denied), a secret read from a file
+// is redacted before the client sees it.
+func TestStdioFilesystemWithRulePack(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-filesystem")
+	pack, err := os.ReadFile(filepath.Join("..", "..", "examples", "rules", "mcp.yaml"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "creds.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("AKIAIOSFODNN7EXAMPLE\n"), 0o600))
+	s := newStack(t, string(pack), "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, _ := wrap(t, s.url, OnErrorDeny, bin, dir)
+	_, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "read_text_file", Arguments: map[string]any{"path": secret}})
+	require.NoError(t, err)
+	require.NotContains(t, text(t, res), "AKIAIOSFODNN7EXAMPLE")
+	require.Contains(t, text(t, res), "[REDACTED")
+
+	target := filepath.Join(dir, "out.txt")
+	got := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": target, "content": "x"}})
+		if err != nil {
+			res = &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+		}
+		got <- res
+	}()
+	h := s.waitHold(ctx)
+	require.Equal(t, "fs-write-outside-workspace", h.RuleID)
+	s.decideHold(h.ID, "deny")
+	res = <-got
+	require.True(t, res.IsError)
+	require.Contains(t, text(t, res), "Denied by Vigil")
+	require.NoFileExists(t, target)
+}
+
+// A client that closes its input while a call is held is gone: the hold is abandoned and
+// the call never reaches the server.
+func TestStdioClientLeavesDuringHold(t *testing.T) {
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess := NewSession(SessionConfig{ID: "mcp-leave", Upstream: "raw", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+	clientIn, clientW := io.Pipe()
+	clientR, clientOut := io.Pipe()
+	serverInR, serverIn := io.Pipe()
+	serverOutR, serverOut := io.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, clientR) }()
+	forwarded := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(serverInR)
+		forwarded <- b
+		_ = serverOut.Close() // the server exits once its input ends
+	}()
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(context.Background(), sess, Pipes{ClientIn: clientIn, ClientOut: clientOut, ServerIn: serverIn, ServerOut: serverOutR}, 0)
+	}()
+	_, err := io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":1,"b":2}}}`+"\n")
+	require.NoError(t, err)
+	h := s.waitHold(ctx)
+	require.NoError(t, clientW.Close())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the relay waited for the hold of a client that left")
+	}
+	require.Empty(t, <-forwarded)
+	for {
+		got, err := s.holds.Get(ctx, h.ID)
+		require.NoError(t, err)
+		if got.Status == holds.StatusAbandoned {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("hold still %s", got.Status)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
