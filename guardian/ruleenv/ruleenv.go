@@ -48,9 +48,24 @@ func BuildFor(prog *rules.Program, step *aos.Step, hist History, now time.Time) 
 	if prog.UsesInputs() {
 		d.Inputs = step.Inputs
 	}
-	if prog.UsesToolDef() && env.Tool != "" && step.Context != nil {
-		tools, tool := step.Context.Agent.Tools, env.Tool
-		d.ToolDef = func() map[string]any { return toolDef(tools, tool) }
+	if prog.UsesToolDef() && env.Tool != "" {
+		// The definition an MCP gateway put in _meta wins; else the agent's tool list.
+		var tools []aos.ToolDefinition
+		if step.Context != nil {
+			tools = step.Context.Agent.Tools
+		}
+		tool, mcp := env.Tool, step.MCP
+		d.ToolDef = func() map[string]any {
+			if mcp != nil {
+				if td, ok := mcp.Meta["toolDef"].(map[string]any); ok {
+					return td
+				}
+			}
+			if step.Context == nil {
+				return nil
+			}
+			return toolDef(tools, tool)
+		}
 	}
 	env.Defer(d)
 	return env
