@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -31,7 +32,7 @@ func agentAPIRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.
 	var mounts []func(*http.ServeMux)
 	seen := map[string]bool{}
 	for _, u := range cfg.AgentAPI {
-		name, url, err := agentapi.ParseUpstream(u)
+		name, url, err := gateway.ParseUpstream(u)
 		if err != nil {
 			return nil, fmt.Errorf("-agentapi: %w", err)
 		}

@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
-	"github.com/vigil-guardian/vigil/gateway/mcp"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
 )
@@ -229,7 +229,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 			if u = strings.TrimSpace(u); u == "" {
 				continue
 			}
-			if _, _, err := agentapi.ParseUpstream(u); err != nil {
+			if _, _, err := gateway.ParseUpstream(u); err != nil {
 				return err
 			}
 			cfg.AgentAPI = append(cfg.AgentAPI, u)
@@ -241,7 +241,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 			if u = strings.TrimSpace(u); u == "" {
 				continue
 			}
-			if _, _, err := mcp.ParseUpstream(u); err != nil {
+			if _, _, err := gateway.ParseUpstream(u); err != nil {
 				return err
 			}
 			cfg.MCP = append(cfg.MCP, u)

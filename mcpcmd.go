@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/gateway/mcp"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -81,7 +82,7 @@ func parseMCPWrap(args []string, stderr io.Writer) (mcpWrapConfig, error) {
 		}
 		cfg.Name = base
 	}
-	if _, _, err := mcp.ParseUpstream(cfg.Name + "=http://x"); err != nil {
+	if _, _, err := gateway.ParseUpstream(cfg.Name + "=http://x"); err != nil {
 		return cfg, fmt.Errorf("-name: %w", err)
 	}
 	cfg.APIKey = os.Getenv("VIGIL_API_KEY")
@@ -197,7 +198,7 @@ func mcpRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.Logge
 	var mounts []func(*http.ServeMux)
 	seen := map[string]bool{}
 	for _, u := range cfg.MCP {
-		name, url, err := mcp.ParseUpstream(u)
+		name, url, err := gateway.ParseUpstream(u)
 		if err != nil {
 			return nil, fmt.Errorf("-mcp: %w", err)
 		}

@@ -14,11 +14,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 )
@@ -72,15 +72,13 @@ type Gateway struct {
 	meta     metaCache
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
 // ParseSpec reads a --aap value NAME=URL.
 func ParseSpec(spec string) (name, upstream string, err error) {
 	name, upstream, ok := strings.Cut(spec, "=")
 	if !ok {
 		return "", "", fmt.Errorf("want NAME=URL, got %q", spec)
 	}
-	if !validName.MatchString(name) {
+	if !gateway.ValidName(name) {
 		return "", "", fmt.Errorf("name %q: use letters, digits, '.', '_' and '-' (at most 64)", name)
 	}
 	if _, err := parseBase(upstream); err != nil {
@@ -102,7 +100,7 @@ func parseBase(s string) (*url.URL, error) {
 
 // New builds a gateway.
 func New(opts Options) (*Gateway, error) {
-	if !validName.MatchString(opts.Name) {
+	if !gateway.ValidName(opts.Name) {
 		return nil, fmt.Errorf("aap gateway: invalid name %q", opts.Name)
 	}
 	if opts.Decider == nil {

@@ -13,10 +13,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/storage"
@@ -85,27 +85,12 @@ type Gateway struct {
 	now    func() time.Time
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
-// ParseUpstream reads a NAME=URL flag value.
-func ParseUpstream(s string) (name, rawURL string, err error) {
-	name, rawURL, ok := strings.Cut(s, "=")
-	if !ok || !validName.MatchString(name) {
-		return "", "", fmt.Errorf("want NAME=URL with NAME of letters, digits, '.', '_' or '-' (at most 64), got %q", s)
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", "", fmt.Errorf("%s: want an absolute http(s) URL, got %q", name, rawURL)
-	}
-	return name, rawURL, nil
-}
-
 // New builds a gateway.
 func New(cfg Config, opts Options) (*Gateway, error) {
 	if opts.Decider == nil {
 		return nil, errors.New("agentapi: a decider is required")
 	}
-	if !validName.MatchString(cfg.Name) {
+	if !gateway.ValidName(cfg.Name) {
 		return nil, fmt.Errorf("agentapi: invalid upstream name %q", cfg.Name)
 	}
 	base, err := url.Parse(cfg.URL)

@@ -10,11 +10,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian"
 )
 
@@ -66,27 +66,12 @@ type Gateway struct {
 	order    []string // session ids, oldest first
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
-// ParseUpstream reads a NAME=URL flag value.
-func ParseUpstream(s string) (name, rawURL string, err error) {
-	name, rawURL, ok := strings.Cut(s, "=")
-	if !ok || !validName.MatchString(name) {
-		return "", "", fmt.Errorf("want NAME=URL with NAME of letters, digits, '.', '_' or '-' (at most 64), got %q", s)
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", "", fmt.Errorf("%s: want an absolute http(s) URL, got %q", name, rawURL)
-	}
-	return name, rawURL, nil
-}
-
 // New builds a gateway.
 func New(cfg Config, opts Options) (*Gateway, error) {
 	if opts.Decider == nil {
 		return nil, errors.New("mcp: a decider is required")
 	}
-	if _, _, err := ParseUpstream(cfg.Name + "=" + cfg.URL); err != nil {
+	if _, _, err := gateway.ParseUpstream(cfg.Name + "=" + cfg.URL); err != nil {
 		return nil, fmt.Errorf("mcp: %w", err)
 	}
 	if cfg.MaxBodyBytes <= 0 {
