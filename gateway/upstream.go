@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
@@ -27,4 +28,28 @@ func ParseUpstream(s string) (upstream, rawURL string, err error) {
 		return "", "", fmt.Errorf("%s: want an absolute http(s) URL, got %q", upstream, rawURL)
 	}
 	return upstream, rawURL, nil
+}
+
+// hopHeaders are not forwarded either way (RFC 9110 §7.6.1), nor are Vigil's own headers
+// or the body framing and encoding the proxy redoes (the transport asks for gzip itself
+// and decompresses, so the gateway reads the events it judges as they are).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
+	"Host", "X-Vigil-Key", "X-Vigil-Session", "Accept-Encoding", "Content-Encoding"}
+
+// CopyHeaders copies src into dst, for a request going to an upstream or an answer coming
+// back, leaving out hop-by-hop headers (those listed and those its Connection header names)
+// and Vigil's own.
+func CopyHeaders(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = append([]string(nil), v...)
+	}
+	for _, c := range src.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			dst.Del(strings.TrimSpace(f))
+		}
+	}
+	for _, h := range hopHeaders {
+		dst.Del(h)
+	}
 }

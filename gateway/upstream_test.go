@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,4 +29,21 @@ func TestParseUpstream(t *testing.T) {
 		require.Equal(t, tc.url, url)
 	}
 	require.False(t, ValidName(string(make([]byte, 65))))
+}
+
+func TestCopyHeaders(t *testing.T) {
+	src := http.Header{}
+	src.Set("Authorization", "Bearer upstream-token")
+	src.Set("X-Custom", "kept")
+	src.Set("Connection", "keep-alive, X-Hop")
+	src.Set("X-Hop", "dropped: named by Connection")
+	for _, h := range []string{"Keep-Alive", "Transfer-Encoding", "Content-Length", "Host", "X-Vigil-Key",
+		"X-Vigil-Session", "Accept-Encoding", "Content-Encoding"} {
+		src.Set(h, "dropped")
+	}
+	dst := http.Header{}
+	CopyHeaders(dst, src)
+	require.Equal(t, http.Header{"Authorization": {"Bearer upstream-token"}, "X-Custom": {"kept"}}, dst)
+	dst["X-Custom"][0] = "changed"
+	require.Equal(t, "kept", src.Get("X-Custom"), "values are copied, not shared")
 }

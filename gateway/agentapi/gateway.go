@@ -198,45 +198,16 @@ func (gw *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, errorBody(codeGuardian, "internal error", "", gw.now()))
 		return
 	}
-	copyRequestHeaders(req.Header, r.Header)
+	gateway.CopyHeaders(req.Header, r.Header)
 	resp, err := gw.client.Do(req)
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, errorBody(codeUpstream, gw.unreachable(err), "", gw.now()))
 		return
 	}
 	defer resp.Body.Close()
-	copyResponseHeaders(w.Header(), resp.Header)
+	gateway.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, gw.cfg.MaxResponseBytes))
-}
-
-// hopHeaders are not forwarded either way (RFC 9110 §7.6.1), nor are Vigil's own headers
-// or the body framing the proxy redoes.
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
-	"Host", "X-Vigil-Key", "X-Vigil-Session", "Accept-Encoding", "Content-Encoding"}
-
-func copyRequestHeaders(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = append([]string(nil), v...)
-	}
-	for _, c := range src.Values("Connection") {
-		for _, f := range strings.Split(c, ",") {
-			dst.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, h := range hopHeaders {
-		dst.Del(h)
-	}
-}
-
-func copyResponseHeaders(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = append([]string(nil), v...)
-	}
-	for _, h := range hopHeaders {
-		dst.Del(h)
-	}
 }
 
 // handleProcess serves POST /process: judge the input, call the upstream, judge and apply

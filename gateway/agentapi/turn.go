@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 )
@@ -143,7 +144,7 @@ func (t *turn) start(from http.Header) {
 	t.started = true
 	h := t.w.Header()
 	if from != nil {
-		copyResponseHeaders(h, from)
+		gateway.CopyHeaders(h, from)
 	} else {
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
@@ -362,7 +363,7 @@ func (t *turn) post(body []byte) (*http.Response, bool) {
 		t.internal(err)
 		return nil, false
 	}
-	copyRequestHeaders(req.Header, t.r.Header)
+	gateway.CopyHeaders(req.Header, t.r.Header)
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -382,7 +383,7 @@ func (t *turn) post(body []byte) (*http.Response, bool) {
 			t.fail(resp.StatusCode, codeUpstream, fmt.Sprintf("upstream answered %d: %s", resp.StatusCode, bytes.TrimSpace(b)))
 			return nil, false
 		}
-		copyResponseHeaders(t.w.Header(), resp.Header)
+		gateway.CopyHeaders(t.w.Header(), resp.Header)
 		t.w.WriteHeader(resp.StatusCode)
 		_, _ = t.w.Write(b)
 		return nil, false
@@ -845,7 +846,7 @@ func (t *turn) relayJSON(resp *http.Response) {
 	var h head
 	if json.Unmarshal(b, &h) != nil || h.Object != "response" {
 		// Not a response (an application error): passed on as it is.
-		copyResponseHeaders(t.w.Header(), resp.Header)
+		gateway.CopyHeaders(t.w.Header(), resp.Header)
 		t.w.WriteHeader(resp.StatusCode)
 		_, _ = t.w.Write(b)
 		return
@@ -883,7 +884,7 @@ func (t *turn) relayJSON(resp *http.Response) {
 		ob, _ := json.Marshal(output)
 		final, _ = setKey(final, "output", ob)
 	}
-	copyResponseHeaders(t.w.Header(), resp.Header)
+	gateway.CopyHeaders(t.w.Header(), resp.Header)
 	t.w.WriteHeader(resp.StatusCode)
 	_, _ = t.w.Write(final)
 }

@@ -206,26 +206,6 @@ func (gw *Gateway) forget(sid string) {
 	}
 }
 
-// hopHeaders are not forwarded either way (RFC 9110 §7.6.1), nor are Vigil's own headers
-// or the body framing the proxy redoes.
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
-	"Host", "X-Vigil-Key", "X-Vigil-Session", "Accept-Encoding", "Content-Encoding"}
-
-func copyHeaders(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = append([]string(nil), v...)
-	}
-	for _, c := range src.Values("Connection") {
-		for _, f := range strings.Split(c, ",") {
-			dst.Del(strings.TrimSpace(f))
-		}
-	}
-	for _, h := range hopHeaders {
-		dst.Del(h)
-	}
-}
-
 // upstream sends a request to the server with the client's headers.
 func (gw *Gateway) upstream(ctx context.Context, method string, in http.Header, body []byte) (*http.Response, error) {
 	var rd io.Reader
@@ -236,7 +216,7 @@ func (gw *Gateway) upstream(ctx context.Context, method string, in http.Header, 
 	if err != nil {
 		return nil, err
 	}
-	copyHeaders(req.Header, in)
+	gateway.CopyHeaders(req.Header, in)
 	return gw.client.Do(req)
 }
 
@@ -318,7 +298,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		gw.relayInto(r.Context(), sse, s, resp, r.Header)
 		return
 	}
-	copyHeaders(w.Header(), resp.Header)
+	gateway.CopyHeaders(w.Header(), resp.Header)
 	ct := resp.Header.Get("Content-Type")
 	switch {
 	case resp.StatusCode == http.StatusOK && strings.HasPrefix(ct, "text/event-stream"):
@@ -425,7 +405,7 @@ func (gw *Gateway) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	copyHeaders(w.Header(), resp.Header)
+	gateway.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		done := guardian.LongWait(r.Context())
@@ -447,7 +427,7 @@ func (gw *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	if sid := r.Header.Get(sessionHeader); sid != "" && resp.StatusCode < 300 {
 		gw.forget(sid)
 	}
-	copyHeaders(w.Header(), resp.Header)
+	gateway.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 }
