@@ -11,8 +11,8 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // aapSpecs is the repeatable --aap NAME=URL flag; VIGIL_AAP lists them comma-separated.
@@ -50,7 +50,7 @@ func (s *aapSpecs) Set(v string) error {
 // aapDecider lets the gateways, built before the guardian they call, reach it.
 type aapDecider struct{ g *guardian.Guardian }
 
-func (d *aapDecider) DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error) {
+func (d *aapDecider) DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error) {
 	return d.g.DecideStep(ctx, step, meta)
 }
 

@@ -11,14 +11,14 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/auth"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // lateGuardian is the guardian for routes mounted while it is being built; they are
 // served only once it exists.
 type lateGuardian struct{ g **guardian.Guardian }
 
-func (l lateGuardian) DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error) {
+func (l lateGuardian) DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error) {
 	return (*l.g).DecideStep(ctx, step, meta)
 }
 

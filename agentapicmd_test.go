@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/auth"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 func TestAgentAPIFlags(t *testing.T) {
@@ -53,7 +53,7 @@ func TestAgentAPIGatewayTeamMode(t *testing.T) {
 	defer up.Close()
 
 	db := filepath.Join(t.TempDir(), "vigil.db")
-	st, err := storage.Open(context.Background(), db, storage.Options{})
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{})
 	require.NoError(t, err)
 	az, err := auth.New(context.Background(), auth.Config{Loopback: true}, auth.Options{Store: st})
 	require.NoError(t, err)

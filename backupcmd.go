@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runBackup implements `vigil backup [--db PATH] [--force] DEST`: a consistent copy of the
@@ -57,8 +57,8 @@ Flags:
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	res, err := storage.Backup(ctx, *db, dest[0], *force)
-	if errors.Is(err, storage.ErrBackupExists) {
+	res, err := sqlite.Backup(ctx, *db, dest[0], *force)
+	if errors.Is(err, sqlite.ErrBackupExists) {
 		fmt.Fprintf(stderr, "vigil backup: %s exists; pass --force to replace it\n", dest[0])
 		return 1
 	}

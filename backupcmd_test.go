@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // A backup of a running guardian's database opens on its own with every answered step.
@@ -31,7 +31,7 @@ func TestBackupCommandWhileServing(t *testing.T) {
 	require.Contains(t, stdout.String(), formatBytes(st.Size()))
 
 	ctx := context.Background()
-	cp, err := storage.Open(ctx, dest, storage.Options{})
+	cp, err := sqlite.Open(ctx, dest, sqlite.Options{})
 	require.NoError(t, err)
 	s, err := cp.Session(ctx, "bk")
 	require.NoError(t, err)
@@ -45,8 +45,8 @@ func TestBackupCommandWhileServing(t *testing.T) {
 	require.Contains(t, stderr.String(), "pass --force")
 	postTestStep(t, srv.URL, "bk", 5)
 	require.Equal(t, 0, runBackup([]string{"--db", dbPath, dest, "--force"}, &stdout, &stderr), stderr.String())
-	require.NoError(t, storage.IntegrityCheck(ctx, dest))
-	cp, err = storage.Open(ctx, dest, storage.Options{})
+	require.NoError(t, sqlite.IntegrityCheck(ctx, dest))
+	cp, err = sqlite.Open(ctx, dest, sqlite.Options{})
 	require.NoError(t, err)
 	s, err = cp.Session(ctx, "bk")
 	require.NoError(t, err)

@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runExport implements `vigil export`: steps and audit entries as JSON Lines, read from the
@@ -47,7 +48,7 @@ Flags:
 		fmt.Fprintf(stderr, "vigil export: unexpected argument %q\n", fset.Arg(0))
 		return 2
 	}
-	opts := storage.ExportOptions{SessionID: *session}
+	opts := record.ExportOptions{SessionID: *session}
 	switch *what {
 	case "steps":
 		opts.Steps = true
@@ -86,10 +87,10 @@ Flags:
 // exportTo writes the export to out ("-" for stdout). A file is written under a temporary
 // name (mode 0600: steps carry agents' data) and renamed when complete, so a failed export
 // never leaves a truncated file behind.
-func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts storage.ExportOptions) (storage.ExportResult, error) {
-	ro, err := storage.OpenReadOnly(ctx, dbPath)
+func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
+	ro, err := sqlite.OpenReadOnly(ctx, dbPath)
 	if err != nil {
-		return storage.ExportResult{}, err
+		return record.ExportResult{}, err
 	}
 	defer ro.Close()
 	if out == "-" {
@@ -97,7 +98,7 @@ func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts st
 	}
 	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
 	if err != nil {
-		return storage.ExportResult{}, err
+		return record.ExportResult{}, err
 	}
 	done := false
 	defer func() {

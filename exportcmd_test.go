@@ -17,7 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // startTestServer runs the whole guardian on a loopback port over a database in dir.
@@ -117,11 +118,11 @@ func TestExportCommandWhileServing(t *testing.T) {
 func TestExportCommandAudit(t *testing.T) {
 	ctx := context.Background()
 	dbPath := filepath.Join(t.TempDir(), "vigil.db")
-	db, err := storage.Open(ctx, dbPath, storage.Options{})
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
 	require.NoError(t, err)
-	_, err = db.AppendAudit(ctx, &storage.AuditEntry{Type: storage.AuditSessionBlock, Operator: "ann", SessionID: "s1"})
+	_, err = db.AppendAudit(ctx, &record.AuditEntry{Type: record.AuditSessionBlock, Operator: "ann", SessionID: "s1"})
 	require.NoError(t, err)
-	require.NoError(t, db.SaveStep(ctx, &storage.StepRecord{SessionID: "s1", Method: "steps/message", Decision: "allow"}))
+	require.NoError(t, db.SaveStep(ctx, &record.StepRecord{SessionID: "s1", Method: "steps/message", Decision: "allow"}))
 	require.NoError(t, db.Close())
 
 	var stdout, stderr bytes.Buffer

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"os/user"
 	"syscall"
 
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runKeys implements `vigil keys create|list|revoke`: the API keys agents send to /aos.
@@ -30,5 +32,11 @@ func authCLI(stdout, stderr io.Writer) *auth.CLI {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		operator = "cli:" + u.Username
 	}
-	return &auth.CLI{DefaultDB: db, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr, Operator: operator}
+	return &auth.CLI{DefaultDB: db, Open: openAuthStore, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr, Operator: operator}
+}
+
+// openAuthStore opens the database the keys and users commands change, with one reader:
+// they run a handful of queries.
+func openAuthStore(ctx context.Context, db string, log *slog.Logger) (auth.ClosableStore, error) {
+	return sqlite.Open(ctx, db, sqlite.Options{Logger: log, Readers: 1})
 }

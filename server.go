@@ -23,6 +23,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/guardian/ruleenv"
 	"github.com/vigil-guardian/vigil/guardian/rulesapi"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -31,7 +32,7 @@ import (
 type server struct {
 	URL     string
 	http    *http.Server
-	db      *storage.DB
+	db      storage.Backend
 	log     *slog.Logger
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -74,7 +75,7 @@ const guardianHistory = 200
 // startServer opens the database, loads rules, and starts serving on cfg.Addr. The URL it
 // reports carries the real port when cfg.Addr asks for port 0.
 func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
-	db, err := storage.Open(ctx, cfg.DB, storage.Options{Logger: log})
+	db, err := openStore(ctx, cfg.DB, log)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", cfg.DB, err)
 	}
@@ -93,7 +94,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		SecureCookies:  cfg.SecureCookies,
 		AllowedOrigins: origins,
 		TrustedProxies: cfg.TrustedProxies,
-	}, auth.Options{Store: db, Logger: log, Publish: func(ev storage.Event) { hub.Publish(ev) }})
+	}, auth.Options{Store: db, Logger: log, Publish: func(ev record.Event) { hub.Publish(ev) }})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("team mode: %w", err)
@@ -275,7 +276,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Version:           version,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
 		PublicURL:         cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url),
-		DBPath:            db.Path(),
+		DBPath:            db.Describe(),
 		RulesFile:         cfg.RulesFile,
 		AllowedHosts:      allowedHosts(ln.Addr(), publicHost),
 		HistorySize:       guardianHistory,
@@ -307,7 +308,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)
-		db.RunRetention(runCtx, storage.Retention{MaxAge: cfg.RetainAge, MaxBytes: cfg.RetainSize, Interval: cfg.RetainInterval}, log)
+		db.RunRetention(runCtx, record.Retention{MaxAge: cfg.RetainAge, MaxBytes: cfg.RetainSize, Interval: cfg.RetainInterval}, log)
 	}()
 	s.closers = append(s.closers, func() { s.cancel(); <-retDone })
 	go publishStats(runCtx, g, hub, log)
@@ -332,7 +333,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			log.Error("http server", "err", err)
 		}
 	}()
-	log.Info("guardian started", "url", url, "db", db.Path(), "version", version)
+	log.Info("guardian started", "url", url, "db", db.Describe(), "version", version)
 	return s, nil
 }
 

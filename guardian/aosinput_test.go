@@ -16,7 +16,8 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/auth"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // agentCtx is a StepContext of the given agent and session, both inserted as they are
@@ -69,14 +70,14 @@ func requireFieldError(t *testing.T, b []byte, field, reason string) {
 // sessionCount is how many sessions the guardian stored.
 func (e *env) sessionCount() int {
 	e.t.Helper()
-	var page storage.SessionPage
+	var page record.SessionPage
 	require.Equal(e.t, http.StatusOK, e.get("/api/sessions", &page))
 	return len(page.Sessions)
 }
 
-func (e *env) session(id string) storage.Session {
+func (e *env) session(id string) record.Session {
 	e.t.Helper()
-	var s storage.Session
+	var s record.Session
 	require.Equal(e.t, http.StatusOK, e.get("/api/sessions/"+id, &s))
 	return s
 }
@@ -261,7 +262,7 @@ type teamEnv struct {
 
 func newTeamEnv(t *testing.T) *teamEnv {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	az, err := auth.New(context.Background(), auth.Config{Loopback: true}, auth.Options{Store: db})
 	require.NoError(t, err)
@@ -287,10 +288,10 @@ func (e *teamEnv) send(secret, body string) rpcResp {
 	return decode(e.t, b)
 }
 
-func (e *teamEnv) steps(session string) []storage.StepRecord {
+func (e *teamEnv) steps(session string) []record.StepRecord {
 	e.t.Helper()
 	var page struct {
-		Steps []storage.StepRecord `json:"steps"`
+		Steps []record.StepRecord `json:"steps"`
 	}
 	require.Equal(e.t, http.StatusOK, e.get("/api/sessions/"+session+"/steps", &page))
 	return page.Steps

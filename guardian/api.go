@@ -14,7 +14,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
@@ -149,7 +149,7 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	page, err := g.store.Sessions(r.Context(), storage.SessionQuery{Before: q.Get("before"), Limit: limit, Search: q.Get("q")})
+	page, err := g.store.Sessions(r.Context(), record.SessionQuery{Before: q.Get("before"), Limit: limit, Search: q.Get("q")})
 	if err != nil {
 		g.storeError(w, err)
 		return
@@ -161,7 +161,7 @@ func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	next := page.Next
 	if !full {
-		next = storage.SessionCursor(page.Sessions[len(fit)-1])
+		next = record.SessionCursor(page.Sessions[len(fit)-1])
 	}
 	apijson.Write(w, http.StatusOK, struct {
 		Sessions []json.RawMessage `json:"sessions"`
@@ -198,7 +198,7 @@ func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 		g.storeError(w, err)
 		return
 	}
-	steps, err := g.store.Steps(r.Context(), storage.StepQuery{SessionID: id, After: int64(after), Limit: limit})
+	steps, err := g.store.Steps(r.Context(), record.StepQuery{SessionID: id, After: int64(after), Limit: limit})
 	if err != nil {
 		g.storeError(w, err)
 		return
@@ -240,7 +240,7 @@ func (g *Guardian) handleStats(w http.ResponseWriter, r *http.Request) {
 }
 
 // Stats is the traffic summary of GET /api/stats (pending holds included, from the store).
-func (g *Guardian) Stats(ctx context.Context) (storage.Stats, error) {
+func (g *Guardian) Stats(ctx context.Context) (record.Stats, error) {
 	st, err := g.store.Stats(ctx, g.now())
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
@@ -260,7 +260,7 @@ func (g *Guardian) handleSearch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sq := storage.SearchQuery{Text: q.Get("q"), Session: q.Get("session"), Agent: q.Get("agent"),
+	sq := record.SearchQuery{Text: q.Get("q"), Session: q.Get("session"), Agent: q.Get("agent"),
 		User: q.Get("user"), Tool: q.Get("tool"), Decision: q.Get("decision"), Rule: q.Get("rule"),
 		Before: int64(before), Limit: limit}
 	for _, t := range []struct {
@@ -278,8 +278,8 @@ func (g *Guardian) handleSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	page, err := g.store.Search(r.Context(), sq)
-	if errors.Is(err, storage.ErrBadQuery) {
-		apijson.Error(w, http.StatusBadRequest, "invalid_argument", strings.TrimPrefix(err.Error(), storage.ErrBadQuery.Error()+": "))
+	if errors.Is(err, record.ErrBadQuery) {
+		apijson.Error(w, http.StatusBadRequest, "invalid_argument", strings.TrimPrefix(err.Error(), record.ErrBadQuery.Error()+": "))
 		return
 	}
 	if err != nil {
@@ -291,11 +291,11 @@ func (g *Guardian) handleSearch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Guardian) storeError(w http.ResponseWriter, err error) {
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, record.ErrNotFound) {
 		apijson.Error(w, http.StatusNotFound, "not_found", err.Error())
 		return
 	}
-	if errors.Is(err, storage.ErrInvalidCursor) {
+	if errors.Is(err, record.ErrInvalidCursor) {
 		apijson.Error(w, http.StatusBadRequest, "invalid_argument", "before: not a cursor this server issued")
 		return
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // BenchmarkAOSEndpoint measures the whole /aos path (decode, validate, decide, store
@@ -36,7 +36,7 @@ func BenchmarkAOSEndpoint100Rules(b *testing.B) {
 func benchAOS(b *testing.B, policy guardian.Policy) {
 	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
 	require.NoError(b, err)
-	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
 	require.NoError(b, err)
 	defer db.Close()
 	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: policy})
@@ -109,7 +109,7 @@ func BenchmarkAOSEndpointSessions(b *testing.B) {
 func benchAOSSessions(b *testing.B, policy guardian.Policy, steps, sessions int) {
 	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
 	require.NoError(b, err)
-	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
 	require.NoError(b, err)
 	defer db.Close()
 	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: policy})

@@ -14,14 +14,14 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // TestHeldStepOutlivesServerTimeouts: a step held for longer than the server's read and
 // write timeouts is still answered, and its context is not cancelled by the read deadline.
 func TestHeldStepOutlivesServerTimeouts(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	q := &queueHolds{got: make(chan guardian.HoldRequest, 1), answer: make(chan guardian.HoldOutcome)}

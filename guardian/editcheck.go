@@ -9,7 +9,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // EditChecker judges an operator's edit of a held step with the live rules, as a step of
@@ -19,7 +19,7 @@ import (
 type EditChecker struct {
 	Policy Policy
 	Store  interface {
-		SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]storage.StepRecord, error)
+		SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error)
 	}
 	HistorySize int
 }

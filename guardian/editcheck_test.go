@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // fakeHistory is a session's stored steps for the edit check.
-type fakeHistory []storage.StepRecord
+type fakeHistory []record.StepRecord
 
-func (f fakeHistory) SessionStepsBefore(context.Context, string, int64, int) ([]storage.StepRecord, error) {
+func (f fakeHistory) SessionStepsBefore(context.Context, string, int64, int) ([]record.StepRecord, error) {
 	return f, nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Config holds the guardian's settings; main fills it from flags and environment.
@@ -72,7 +72,7 @@ func (c *Config) withDefaults() {
 // it from their own services). It must not block.
 type Publisher interface {
 	// PublishStep publishes a stored step's "step" event (its payload the record).
-	PublishStep(rec *storage.StepRecord)
+	PublishStep(rec *record.StepRecord)
 }
 
 // Options are the guardian's collaborators. Store is required; the rest have defaults.

@@ -21,14 +21,15 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // env is a guardian over a real SQLite file behind a real HTTP server.
 type env struct {
 	t    *testing.T
 	path string
-	db   *storage.DB
+	db   *sqlite.DB
 	srv  *httptest.Server
 }
 
@@ -37,7 +38,7 @@ func newEnv(t *testing.T, path string, opts guardian.Options, cfg guardian.Confi
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "vigil.db")
 	}
-	db, err := storage.Open(context.Background(), path, storage.Options{})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	opts.Store = db
 	g, err := guardian.New(cfg, opts)
@@ -132,7 +133,7 @@ func TestSessionRoundTrip(t *testing.T) {
 		require.NotEmpty(t, r.Result.Message)
 	}
 
-	var page storage.SessionPage
+	var page record.SessionPage
 	require.Equal(t, http.StatusOK, e.get("/api/sessions", &page))
 	require.Len(t, page.Sessions, 1)
 	s := page.Sessions[0]
@@ -143,7 +144,7 @@ func TestSessionRoundTrip(t *testing.T) {
 	require.EqualValues(t, 8, s.Decisions["allow"])
 
 	var steps struct {
-		Steps []storage.StepRecord `json:"steps"`
+		Steps []record.StepRecord `json:"steps"`
 	}
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/sess-A/steps", &steps))
 	require.Len(t, steps.Steps, 8)
@@ -161,7 +162,7 @@ func TestSessionRoundTrip(t *testing.T) {
 	}
 	require.Equal(t, "lookup_invoice", steps.Steps[4].Tool)
 
-	var one storage.StepRecord
+	var one record.StepRecord
 	require.Equal(t, http.StatusOK, e.get(fmt.Sprintf("/api/steps/%d", steps.Steps[4].Seq), &one))
 	require.JSONEq(t, sessionSteps("sess-A")[4], string(one.Request))
 	resp := decode(t, one.Response)
@@ -194,7 +195,7 @@ func TestRestartKeepsSessions(t *testing.T) {
 	e.close()
 
 	e2 := newEnv(t, path, guardian.Options{}, guardian.Config{})
-	var s storage.Session
+	var s record.Session
 	require.Equal(t, http.StatusOK, e2.get("/api/sessions/sess-R", &s))
 	require.EqualValues(t, 8, s.Steps)
 	// The session continues where it stopped: history is reloaded, counts keep growing.
@@ -260,7 +261,7 @@ func TestJSONRPCEdgeCases(t *testing.T) {
 		require.Equal(t, http.StatusNoContent, status)
 		require.Empty(t, b)
 		var steps struct {
-			Steps []storage.StepRecord `json:"steps"`
+			Steps []record.StepRecord `json:"steps"`
 		}
 		require.Equal(t, http.StatusOK, e.get("/api/sessions/sess-E/steps", &steps))
 		found := false
@@ -332,12 +333,12 @@ func TestContextFreeStepsAreAttributed(t *testing.T) {
 	status, b = e.post(mcp, "X-Vigil-Session", "my-mcp-session")
 	require.Equal(t, http.StatusOK, status, string(b))
 
-	var s storage.Session
+	var s record.Session
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/mcp@127.0.0.1", &s))
 	require.EqualValues(t, 1, s.Steps)
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/my-mcp-session", &s))
 	var steps struct {
-		Steps []storage.StepRecord `json:"steps"`
+		Steps []record.StepRecord `json:"steps"`
 	}
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/my-mcp-session/steps", &steps))
 	require.Equal(t, "mcp", steps.Steps[0].Kind)
@@ -353,11 +354,11 @@ func TestA2AStepsNameTheSender(t *testing.T) {
 	status, b := e.post(a2a)
 	require.Equal(t, http.StatusOK, status, string(b))
 
-	var s storage.Session
+	var s record.Session
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/ctx-9", &s))
 	require.Equal(t, "planner", s.AgentName)
 	var steps struct {
-		Steps []storage.StepRecord `json:"steps"`
+		Steps []record.StepRecord `json:"steps"`
 	}
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/ctx-9/steps", &steps))
 	require.Len(t, steps.Steps, 1)
@@ -388,7 +389,7 @@ func (p *fixedPolicy) history() []int {
 func TestPolicyVerdictsReachTheAgent(t *testing.T) {
 	t.Run("deny with reason codes", func(t *testing.T) {
 		p := &fixedPolicy{v: guardian.Verdict{Decision: "deny", RuleID: "no-email", Message: "No email.", ReasonCodes: []string{"EXTERNAL_EMAIL"},
-			Matches: []storage.RuleMatch{{RuleID: "no-email", Action: "deny", Mode: "enforce", ReasonCode: "EXTERNAL_EMAIL"}}}}
+			Matches: []record.RuleMatch{{RuleID: "no-email", Action: "deny", Mode: "enforce", ReasonCode: "EXTERNAL_EMAIL"}}}}
 		e := newEnv(t, "", guardian.Options{Policy: p}, guardian.Config{})
 		_, b := e.post(sessionSteps("sess-P")[4])
 		r := decode(t, b)
@@ -398,7 +399,7 @@ func TestPolicyVerdictsReachTheAgent(t *testing.T) {
 		_, _ = e.post(sessionSteps("sess-P")[5])
 		require.Equal(t, []int{0, 1}, p.history(), "the policy sees the session's history grow")
 		var steps struct {
-			Steps []storage.StepRecord `json:"steps"`
+			Steps []record.StepRecord `json:"steps"`
 		}
 		e.get("/api/sessions/sess-P/steps", &steps)
 		require.Equal(t, "deny", steps.Steps[0].Decision)
@@ -428,7 +429,7 @@ func TestPolicyVerdictsReachTheAgent(t *testing.T) {
 		require.Equal(t, aos.Deny, r.Result.Decision)
 		require.Empty(t, r.Result.ModifiedRequest)
 		var steps struct {
-			Steps []storage.StepRecord `json:"steps"`
+			Steps []record.StepRecord `json:"steps"`
 		}
 		e.get("/api/sessions/sess-I/steps", &steps)
 		require.Equal(t, "deny", steps.Steps[0].Decision, "the record says what the agent was told")
@@ -483,7 +484,7 @@ func TestHoldKeepsTheRequestOpen(t *testing.T) {
 	require.Equal(t, "Approved by dana.", r.Result.Message)
 
 	var steps struct {
-		Steps []storage.StepRecord `json:"steps"`
+		Steps []record.StepRecord `json:"steps"`
 	}
 	e.get("/api/sessions/sess-H/steps", &steps)
 	require.True(t, steps.Steps[0].Held)
@@ -534,7 +535,7 @@ func TestConcurrentAgents(t *testing.T) {
 	for range agents {
 		require.NoError(t, <-errs)
 	}
-	var page storage.SessionPage
+	var page record.SessionPage
 	e.get("/api/sessions?limit=100", &page)
 	require.Len(t, page.Sessions, agents)
 	for _, s := range page.Sessions {

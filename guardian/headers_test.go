@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // TestSecurityHeaders: every answer, the console page and the API alike, refuses to be
 // framed and sniffed, leaks no referrer, and carries a policy that allows the console's own
 // scripts only; over TLS it also pins HTTPS (HSTS).
 func TestSecurityHeaders(t *testing.T) {
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	ui := fstest.MapFS{

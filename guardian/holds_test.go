@@ -18,8 +18,9 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/holds/holdstest"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // holdEnv is the whole held-step path: the rules engine, a holds.Manager and the guardian
@@ -36,7 +37,7 @@ func newHoldEnv(t *testing.T, rs []rules.Rule, opts ...func(*holds.Options)) *ho
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "vigil.db")
-	db, err := storage.Open(ctx, path, storage.Options{})
+	db, err := sqlite.Open(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	engine := rules.NewEngine(rules.Options{})
 	require.NoError(t, engine.Load(rs))
@@ -45,8 +46,8 @@ func newHoldEnv(t *testing.T, rs []rules.Rule, opts ...func(*holds.Options)) *ho
 	o := holds.Options{
 		Store: db,
 		Clock: he.clock,
-		Publish: func(ev storage.Event) {
-			if ev.Type == storage.EventHoldCreated {
+		Publish: func(ev record.Event) {
+			if ev.Type == record.EventHoldCreated {
 				var h holds.Hold
 				if json.Unmarshal(ev.Payload, &h) == nil {
 					he.created <- h.ID
@@ -162,7 +163,7 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 			decide: func(he *holdEnv, id string) (holds.Hold, error) {
 				return he.m.Approve(context.Background(), id, holds.Decision{Operator: "dana"})
 			},
-			want: want, status: holds.StatusApproved, audit: storage.AuditHoldApproved,
+			want: want, status: holds.StatusApproved, audit: record.AuditHoldApproved,
 		},
 		{
 			name: "approve and remember", rules: []rules.Rule{redactEmail, reviewEmail},
@@ -170,14 +171,14 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 				return he.m.Approve(context.Background(), id, holds.Decision{Operator: "dana",
 					Remember: &holds.RememberSpec{Scope: holds.ScopeTool}})
 			},
-			want: want, status: holds.StatusApproved, audit: storage.AuditHoldApproved,
+			want: want, status: holds.StatusApproved, audit: record.AuditHoldApproved,
 		},
 		{
 			name: "pause then approve", rules: []rules.Rule{redactEmail}, pause: true,
 			decide: func(he *holdEnv, id string) (holds.Hold, error) {
 				return he.m.Approve(context.Background(), id, holds.Decision{Operator: "dana"})
 			},
-			want: want, status: holds.StatusApproved, audit: storage.AuditHoldApproved,
+			want: want, status: holds.StatusApproved, audit: record.AuditHoldApproved,
 		},
 		{
 			name: "edit and approve", rules: []rules.Rule{redactEmail, reviewEmail},
@@ -186,7 +187,7 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 					`"inputs":[{"name":"body","value":"Edited: write to eve@corp.example instead."}]}}`
 				return he.m.Modify(context.Background(), id, holds.Decision{Operator: "dana"}, json.RawMessage(params))
 			},
-			want: "Edited: write to [REDACTED:email] instead.", status: holds.StatusModified, audit: storage.AuditHoldModified,
+			want: "Edited: write to [REDACTED:email] instead.", status: holds.StatusModified, audit: record.AuditHoldModified,
 		},
 		{
 			name: "allow on timeout", rules: []rules.Rule{redactEmail, reviewEmail},
@@ -194,14 +195,14 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 				he.clock.Advance(time.Minute)
 				return holds.Hold{}, nil
 			},
-			want: want, status: holds.StatusTimedOut, audit: storage.AuditHoldTimedOut,
+			want: want, status: holds.StatusTimedOut, audit: record.AuditHoldTimedOut,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			he := newHoldEnv(t, tc.rules)
 			ctx := context.Background()
 			if tc.pause {
-				require.NoError(t, he.m.SetControl(ctx, "sess-mod", storage.ControlPause, "ops", ""))
+				require.NoError(t, he.m.SetControl(ctx, "sess-mod", record.ControlPause, "ops", ""))
 			}
 			ch := he.send(emailStep("sess-mod", "s1", sent))
 			id := he.nextHold()
@@ -214,7 +215,7 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 
 			// The stored step's answer, the hold and its audit entry show what the agent got.
 			var steps struct {
-				Steps []storage.StepRecord `json:"steps"`
+				Steps []record.StepRecord `json:"steps"`
 			}
 			he.get("/api/sessions/sess-mod/steps", &steps)
 			require.Len(t, steps.Steps, 1)
@@ -230,7 +231,7 @@ func TestApprovalKeepsTheRulesModifications(t *testing.T) {
 			require.Equal(t, "modify", h.Decision)
 			require.Contains(t, string(h.Params), tc.want)
 			require.NotContains(t, string(h.Params), "@corp.example")
-			entries, err := he.m.Audit(ctx, storage.AuditQuery{HoldID: id, Type: tc.audit})
+			entries, err := he.m.Audit(ctx, record.AuditQuery{HoldID: id, Type: tc.audit})
 			require.NoError(t, err)
 			require.Len(t, entries, 1)
 			require.Equal(t, "modify", entries[0].Decision)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // bigStep is a message step of about size bytes of text.
@@ -35,8 +35,8 @@ func TestListAnswersAreByteBounded(t *testing.T) {
 	after, pages := int64(0), 0
 	for {
 		var page struct {
-			Steps []storage.StepRecord `json:"steps"`
-			Next  *int64               `json:"next"`
+			Steps []record.StepRecord `json:"steps"`
+			Next  *int64              `json:"next"`
 		}
 		resp, err := http.Get(fmt.Sprintf("%s/api/sessions/big/steps?limit=1000&after=%d", e.srv.URL, after))
 		require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestListAnswersAreByteBounded(t *testing.T) {
 	seen := map[string]bool{}
 	before := ""
 	for range 40 {
-		var page storage.SessionPage
+		var page record.SessionPage
 		require.Equal(t, http.StatusOK, e2.get("/api/sessions?limit=500&before="+url.QueryEscape(before), &page))
 		require.NotEmpty(t, page.Sessions)
 		require.Less(t, len(page.Sessions), 30)
@@ -90,8 +90,8 @@ func TestListLimitIsCapped(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 	}
 	var page struct {
-		Steps []storage.StepRecord `json:"steps"`
-		Next  *int64               `json:"next"`
+		Steps []record.StepRecord `json:"steps"`
+		Next  *int64              `json:"next"`
 	}
 	require.Equal(t, http.StatusOK, e.get("/api/sessions/s/steps?limit=100000", &page))
 	require.Len(t, page.Steps, 3)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // The decision pipeline knows no wire format: a front end (the AOS endpoint, a gateway)
@@ -103,13 +103,13 @@ var errPing = errors.New("guardian: ping is not a step")
 // Errors: an *aos.Error when the step may not join its session (another key or agent owns
 // it), which the caller answers in its protocol as a refusal; anything else is a storage
 // failure, answered as the protocol's internal error (fail closed).
-func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestMeta) (Verdict, storage.StepRecord, error) {
+func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestMeta) (Verdict, record.StepRecord, error) {
 	start := meta.ReceivedAt
 	if start.IsZero() {
 		start = g.now()
 	}
 	if step.Kind == aos.KindPing {
-		return Verdict{}, storage.StepRecord{}, errPing
+		return Verdict{}, record.StepRecord{}, errPing
 	}
 	sessionID, from := sessionOf(step, meta)
 	hist := g.sessions.get(ctx, sessionID)
@@ -119,7 +119,7 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 		agentID = step.Context.Agent.ID
 	}
 	if refused := hist.admit(agentID, meta.KeyID, meta.KeyAgent); refused != "" {
-		return Verdict{}, storage.StepRecord{}, ownerError(sessionID, from, refused)
+		return Verdict{}, record.StepRecord{}, ownerError(sessionID, from, refused)
 	}
 
 	control := ""
@@ -161,7 +161,7 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 	rec.KeyID = meta.KeyID
 	resp, err := g.response(step, v, &meta)
 	if err != nil {
-		return Verdict{}, storage.StepRecord{}, err
+		return Verdict{}, record.StepRecord{}, err
 	}
 	rec.Response = resp
 	if resp == nil {
@@ -171,7 +171,7 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 
 	// The agent may have gone away while the step was held; the step is still recorded.
 	if err := g.store.SaveStep(context.WithoutCancel(ctx), &rec); err != nil {
-		return Verdict{}, storage.StepRecord{}, fmt.Errorf("store step: %w", err)
+		return Verdict{}, record.StepRecord{}, fmt.Errorf("store step: %w", err)
 	}
 	hist.add(rec)
 	if v.HoldID != "" {
@@ -223,8 +223,8 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 	return v, out.HoldID
 }
 
-func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) storage.StepRecord {
-	rec := storage.StepRecord{
+func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) record.StepRecord {
+	rec := record.StepRecord{
 		SessionID:    sessionID,
 		Method:       step.Method,
 		Kind:         string(step.Kind),
@@ -239,7 +239,7 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 		TrustedJSON: true,
 	}
 	if rec.MatchedRules == nil {
-		rec.MatchedRules = []storage.RuleMatch{}
+		rec.MatchedRules = []record.RuleMatch{}
 	}
 	if c := step.Context; c != nil {
 		rec.TurnID = c.TurnID

@@ -11,12 +11,12 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
-func newPipeline(t *testing.T, opts guardian.Options) (*guardian.Guardian, *storage.DB) {
+func newPipeline(t *testing.T, opts guardian.Options) (*guardian.Guardian, *sqlite.DB) {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	opts.Store = db

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Verdict is what a policy decides about one step, before holds are resolved, and what
@@ -22,7 +22,7 @@ type Verdict struct {
 	Reasoning   string
 	ReasonCodes []string
 	// Matches lists every matching rule (enforced and monitor mode) and every rule error.
-	Matches []storage.RuleMatch
+	Matches []record.RuleMatch
 	// ModifiedParams replaces the step's params when Decision is modify.
 	ModifiedParams json.RawMessage
 	// Modify is the merged modification of the enforced modify rules that matched (nil when

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // handleAOS serves POST /aos: one JSON-RPC request or a batch.
@@ -373,10 +373,10 @@ func appendResult(b []byte, id json.RawMessage, res aos.Result) ([]byte, bool) {
 		b = append(b, id...)
 	}
 	b = append(b, `,"result":{"decision":`...)
-	b = storage.AppendJSONString(b, string(res.Decision))
+	b = record.AppendJSONString(b, string(res.Decision))
 	if res.Reasoning != "" {
 		b = append(b, `,"reasoning":`...)
-		b = storage.AppendJSONString(b, res.Reasoning)
+		b = record.AppendJSONString(b, res.Reasoning)
 	}
 	if len(res.ReasonCode) > 0 {
 		b = append(b, `,"reasonCode":[`...)
@@ -384,15 +384,15 @@ func appendResult(b []byte, id json.RawMessage, res aos.Result) ([]byte, bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = storage.AppendJSONString(b, c)
+			b = record.AppendJSONString(b, c)
 		}
 		b = append(b, ']')
 	}
 	b = append(b, `,"message":`...)
-	b = storage.AppendJSONString(b, res.Message)
+	b = record.AppendJSONString(b, res.Message)
 	if hasRule {
 		b = append(b, `,"data":{"ruleId":`...)
-		b = storage.AppendJSONString(b, ruleID)
+		b = record.AppendJSONString(b, ruleID)
 		b = append(b, '}')
 	}
 	return append(b, "}}"...), true

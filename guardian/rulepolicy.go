@@ -9,8 +9,8 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/ruleenv"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // RulesPolicy decides steps with the expr rules engine.
@@ -87,17 +87,17 @@ func pastTense(d string) string {
 }
 
 // Matches converts the engine's matches to the stored form.
-func Matches(ms []rules.Match) []storage.RuleMatch {
-	out := make([]storage.RuleMatch, len(ms))
+func Matches(ms []rules.Match) []record.RuleMatch {
+	out := make([]record.RuleMatch, len(ms))
 	for i, m := range ms {
-		out[i] = storage.RuleMatch{RuleID: m.RuleID, Action: string(m.Action), Mode: string(m.Mode), ReasonCode: m.ReasonCode, Error: m.Error}
+		out[i] = record.RuleMatch{RuleID: m.RuleID, Action: string(m.Action), Mode: string(m.Mode), ReasonCode: m.ReasonCode, Error: m.Error}
 	}
 	return out
 }
 
 // EnvForStored rebuilds the rule environment of a stored step, for backtests and tests by
 // seq; history is the session's earlier stored steps, oldest first.
-func EnvForStored(_ context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error) {
+func EnvForStored(_ context.Context, rec record.StepRecord, history []record.StepRecord) (*rules.Env, error) {
 	step, perr := aos.ParseStep(rec.Request)
 	if perr != nil {
 		return nil, fmt.Errorf("stored step %d no longer parses: %w", rec.Seq, perr)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestSearchAPI(t *testing.T) {
@@ -20,7 +20,7 @@ func TestSearchAPI(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 	}
 	require.NoError(t, e.db.IndexComplete(context.Background()))
-	var page storage.SearchPage
+	var page record.SearchPage
 	require.Equal(t, http.StatusOK, e.get("/api/search?q=invoice", &page))
 	require.Len(t, page.Steps, 4, "the message, the knowledge query, the memory and the lookup_invoice call")
 	require.Equal(t, http.StatusOK, e.get("/api/search?q=8812&tool=lookup_invoice&session=sess", &page))

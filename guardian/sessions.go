@@ -9,8 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // sessionCache keeps the recent history and the owners of active sessions in memory, so
@@ -265,7 +265,7 @@ func (s *sessionState) returnCounts(c *rules.SessionCounts) {
 
 // add appends a stored step to the session's history, accounting for its memory in the
 // cache it belongs to.
-func (s *sessionState) add(rec storage.StepRecord) {
+func (s *sessionState) add(rec record.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.count++
@@ -304,7 +304,7 @@ func (s *sessionState) add(rec storage.StepRecord) {
 const historyTextLimit = 8 << 10
 
 // HistoryStep is what rules see of an earlier step: no request bodies, just the facts.
-func HistoryStep(r storage.StepRecord) rules.HistoryStep {
+func HistoryStep(r record.StepRecord) rules.HistoryStep {
 	text := r.Text
 	if len(text) > historyTextLimit {
 		text = strings.ToValidUTF8(text[:historyTextLimit], "")

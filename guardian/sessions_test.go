@@ -11,8 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // The cache keeps the counts of each snapshot's window up to date as steps come and the
@@ -26,14 +27,14 @@ func TestSessionCounts(t *testing.T) {
 				if i%5 == 0 {
 					kind = "toolResult"
 				}
-				s.add(storage.StepRecord{Seq: int64(i + 1), Method: fmt.Sprint("m", i%2), Kind: kind,
+				s.add(record.StepRecord{Seq: int64(i + 1), Method: fmt.Sprint("m", i%2), Kind: kind,
 					Tool: fmt.Sprint("t", i%3), Decision: []string{"allow", "deny", "hold"}[i%3]})
 				h := s.snapshot()
 				require.Len(t, h.Steps, min(i+1, max))
 				require.Equal(t, rules.CountSteps(h.Steps), h.Counts(), "after step %d", i)
 			}
 			h := s.snapshot()
-			s.add(storage.StepRecord{Seq: 99, Method: "m", Decision: "allow"})
+			s.add(record.StepRecord{Seq: 99, Method: "m", Decision: "allow"})
 			require.Nil(t, h.Counts(), "a newer step makes the snapshot's counts unknown")
 		})
 	}
@@ -45,7 +46,7 @@ func TestSessionCounts(t *testing.T) {
 func TestSessionCountsLent(t *testing.T) {
 	s := &sessionState{id: "s", max: 10, loaded: true, counts: rules.CountSteps(nil)}
 	add := func(tool string) {
-		s.add(storage.StepRecord{Method: "m", Kind: "toolCall", Tool: tool, Decision: "allow"})
+		s.add(record.StepRecord{Method: "m", Kind: "toolCall", Tool: tool, Decision: "allow"})
 	}
 	add("a")
 	h := s.snapshot()
@@ -73,15 +74,15 @@ func TestSessionCountsLent(t *testing.T) {
 // keeps (the session id, a history step's tool) is its own copy: changing the request's
 // bytes afterwards changes nothing there.
 func TestSessionCacheKeepsCopies(t *testing.T) {
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), sqlite.Options{})
 	require.NoError(t, err)
 	defer db.Close()
 	buf := []byte("sess-1 send_email")
 	id, tool := unsafe.String(&buf[0], 6), unsafe.String(&buf[7], 10)
 	c := newSessionCache(10, 0, 5, db)
 	s := c.get(context.Background(), id)
-	h := HistoryStep(storage.StepRecord{Tool: tool, Method: "m", Decision: "allow"})
-	s.add(storage.StepRecord{SessionID: id, Tool: tool, Method: "m", Kind: "toolCall", Decision: "allow"})
+	h := HistoryStep(record.StepRecord{Tool: tool, Method: "m", Decision: "allow"})
+	s.add(record.StepRecord{SessionID: id, Tool: tool, Method: "m", Kind: "toolCall", Decision: "allow"})
 	copy(buf, "XXXXXXXXXXXXXXXXX")
 	require.Equal(t, "sess-1", s.id)
 	require.Same(t, s, c.get(context.Background(), "sess-1"))
@@ -95,7 +96,7 @@ func TestSessionCacheKeepsCopies(t *testing.T) {
 // the owners that step claimed are in memory only until the step is stored, and a reload
 // from the store would forget them (a held step can wait for minutes).
 func TestSessionCacheKeepsSessionsInUse(t *testing.T) {
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), sqlite.Options{})
 	require.NoError(t, err)
 	defer db.Close()
 	ctx := context.Background()
@@ -155,7 +156,7 @@ func TestSessionAdmit(t *testing.T) {
 // The cache is bounded by memory: beyond it the least recently used sessions go, the
 // recently used stay, and its accounting matches its entries' sizes.
 func TestSessionCacheBoundedByMemory(t *testing.T) {
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "v.db"), sqlite.Options{})
 	require.NoError(t, err)
 	defer db.Close()
 	ctx := context.Background()
@@ -167,7 +168,7 @@ func TestSessionCacheBoundedByMemory(t *testing.T) {
 	for i := range 200 {
 		s := c.get(ctx, fmt.Sprint("s-", i))
 		for range 3 {
-			s.add(storage.StepRecord{Method: "m", Kind: "toolCall", Tool: "t", Decision: "allow", Text: text})
+			s.add(record.StepRecord{Method: "m", Kind: "toolCall", Tool: "t", Decision: "allow", Text: text})
 		}
 		c.release(s)
 		c.release(c.get(ctx, "hot")) // used all along
@@ -189,7 +190,7 @@ func TestSessionCacheBoundedByMemory(t *testing.T) {
 // steps takes, and the cache's estimate of it. Each iteration fills a cache with 20 000
 // sessions: run it with -benchtime 1x.
 func BenchmarkIdleSessionMemory(b *testing.B) {
-	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "v.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "v.db"), sqlite.Options{})
 	require.NoError(b, err)
 	defer db.Close()
 	ctx := context.Background()
@@ -202,7 +203,7 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		for i := range n {
 			s := c.get(ctx, fmt.Sprintf("load-s100000-%d", i))
 			for k := range 20 {
-				s.add(storage.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Tool: strings.Clone("send_email"),
+				s.add(record.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Tool: strings.Clone("send_email"),
 					Decision: "allow", Text: fmt.Sprintf("query=outstanding invoices for customer 8812 in October\nto=dana@corp.example\namount=%d", k*37)})
 			}
 			c.release(s)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the browser and desktop tests need from Debian's packages: chromium for
-# the end-to-end tests, Xvfb and imagemagick for the desktop smoke test.
+# Installs what the tests need from Debian's packages: chromium for the end-to-end tests,
+# Xvfb and imagemagick for the desktop smoke test, PostgreSQL for the PostgreSQL backend
+# and replica tests (they run the server binaries themselves, as the postgres user, in a
+# temporary directory; the package's own cluster is not used).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -8,6 +10,7 @@ command -v Xvfb >/dev/null 2>&1 || need+=(xvfb xauth)
 command -v import >/dev/null 2>&1 || need+=(imagemagick)
 command -v xdotool >/dev/null 2>&1 || need+=(xdotool)
 command -v xwininfo >/dev/null 2>&1 || need+=(x11-utils)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
 	echo "The tests need these Debian packages: ${need[*]}" >&2

@@ -13,7 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 const (
@@ -53,7 +54,7 @@ func TestCrashKeepsAnsweredSteps(t *testing.T) {
 		p := startVigil(t, bin, dbPath)
 		if round > 0 {
 			verifyAnswered(t, client, p.URL, ans)
-			require.NoError(t, storage.IntegrityCheck(ctx, dbPath), "after kill %d", round)
+			require.NoError(t, sqlite.IntegrityCheck(ctx, dbPath), "after kill %d", round)
 		}
 		before := ans.n
 		cut := loadUntilKilled(t, client, p, round, ans)
@@ -62,17 +63,17 @@ func TestCrashKeepsAnsweredSteps(t *testing.T) {
 
 	p := startVigil(t, bin, dbPath)
 	verifyAnswered(t, client, p.URL, ans)
-	require.NoError(t, storage.IntegrityCheck(ctx, dbPath))
+	require.NoError(t, sqlite.IntegrityCheck(ctx, dbPath))
 	p.stop()
-	require.NoError(t, storage.IntegrityCheck(ctx, dbPath))
+	require.NoError(t, sqlite.IntegrityCheck(ctx, dbPath))
 
 	// Offline, straight from the file: the same steps, read without the server.
-	ro, err := storage.OpenReadOnly(ctx, dbPath)
+	ro, err := sqlite.OpenReadOnly(ctx, dbPath)
 	require.NoError(t, err)
 	defer ro.Close()
 	stored := make(map[string]map[string]bool)
 	var lines stepSink
-	_, err = ro.Export(ctx, &lines, storage.ExportOptions{Steps: true})
+	_, err = ro.Export(ctx, &lines, record.ExportOptions{Steps: true})
 	require.NoError(t, err)
 	for _, s := range lines.steps {
 		if stored[s.SessionID] == nil {

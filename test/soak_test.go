@@ -20,7 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 
 	_ "modernc.org/sqlite"
 )
@@ -184,7 +184,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	dbCount, dbSum, dbMin, dbMax := stepSeqs(t, dbPath)
-	require.NoError(t, storage.IntegrityCheck(context.Background(), dbPath))
+	require.NoError(t, sqlite.IntegrityCheck(context.Background(), dbPath))
 
 	// The report: numbers for the README.
 	rss := make([]int64, len(samples))

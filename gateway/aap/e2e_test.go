@@ -21,8 +21,9 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // vigilEnv is the whole of Vigil in front of the scripted upstream: rules engine, holds,
@@ -39,7 +40,7 @@ type vigilEnv struct {
 func newVigil(t testing.TB, rs []rules.Rule) *vigilEnv {
 	t.Helper()
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	engine := rules.NewEngine(rules.Options{})
 	require.NoError(t, engine.Load(rs))
@@ -50,8 +51,8 @@ func newVigil(t testing.TB, rs []rules.Rule) *vigilEnv {
 	e.up = httptest.NewServer(e.upstream)
 	hm := holds.NewManager(holds.Options{
 		Store: db,
-		Publish: func(ev storage.Event) {
-			if ev.Type == storage.EventHoldCreated {
+		Publish: func(ev record.Event) {
+			if ev.Type == record.EventHoldCreated {
 				var h holds.Hold
 				if json.Unmarshal(ev.Payload, &h) == nil {
 					e.held <- h.ID
@@ -88,7 +89,7 @@ func newVigil(t testing.TB, rs []rules.Rule) *vigilEnv {
 // deciderFunc reaches a guardian built after the gateway.
 type deciderFunc func(ctx context.Context) *guardian.Guardian
 
-func (f deciderFunc) DecideStep(ctx context.Context, s *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error) {
+func (f deciderFunc) DecideStep(ctx context.Context, s *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error) {
 	return f(ctx).DecideStep(ctx, s, meta)
 }
 

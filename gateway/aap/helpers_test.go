@@ -19,7 +19,7 @@ import (
 	"github.com/vigil-guardian/vigil/gateway/aap/aaptest"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // decided is one step the fake pipeline saw.
@@ -36,7 +36,7 @@ type fakeDecider struct {
 	steps []decided
 }
 
-func (f *fakeDecider) DecideStep(ctx context.Context, s *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error) {
+func (f *fakeDecider) DecideStep(ctx context.Context, s *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error) {
 	v := guardian.Verdict{Decision: "allow"}
 	var err error
 	if f.rule != nil {
@@ -48,7 +48,7 @@ func (f *fakeDecider) DecideStep(ctx context.Context, s *aos.Step, meta guardian
 	f.mu.Lock()
 	f.steps = append(f.steps, decided{s, meta, v})
 	f.mu.Unlock()
-	return v, storage.StepRecord{}, err
+	return v, record.StepRecord{}, err
 }
 
 func (f *fakeDecider) decided() []decided {

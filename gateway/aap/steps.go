@@ -9,14 +9,14 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Decider runs Vigil's decision pipeline for one step: rules, hold (blocking until an
 // operator or the hold's timeout decides; ctx ending abandons it), store, publish. It is
 // (*guardian.Guardian).DecideStep.
 type Decider interface {
-	DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error)
+	DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error)
 }
 
 // Decisions as the pipeline spells them.

@@ -19,12 +19,12 @@ import (
 	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Decider is the guardian's pipeline as the gateway uses it (*guardian.Guardian).
 type Decider interface {
-	DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, storage.StepRecord, error)
+	DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error)
 	MayAct(step *aos.Step, meta guardian.RequestMeta) bool
 }
 

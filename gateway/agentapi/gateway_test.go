@@ -16,8 +16,9 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // stack is a client's view of Vigil in front of the fake agent: a real guardian over a real
@@ -27,7 +28,7 @@ type stack struct {
 	url      string
 	agentURL string
 	agent    *fakeAgent
-	db       *storage.DB
+	db       *sqlite.DB
 	holds    *holds.Manager
 }
 
@@ -63,7 +64,7 @@ rules:
 func newStack(t testing.TB, ruleText string, cfg Config) *stack {
 	t.Helper()
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	engine := rules.NewEngine(rules.Options{})
@@ -184,9 +185,9 @@ func texts(out any) []string {
 	return got
 }
 
-func (s *stack) steps() []storage.StepRecord {
+func (s *stack) steps() []record.StepRecord {
 	s.t.Helper()
-	recs, err := s.db.Steps(context.Background(), storage.StepQuery{SessionID: "agentapi:support:sess-1", Limit: 100})
+	recs, err := s.db.Steps(context.Background(), record.StepQuery{SessionID: "agentapi:support:sess-1", Limit: 100})
 	require.NoError(s.t, err)
 	return recs
 }
@@ -316,7 +317,7 @@ func TestServerToolOutputIsRedactedAndNotEnforcedCallRecorded(t *testing.T) {
 	require.NotContains(t, got[1], "hunter2")
 	b, _ := json.Marshal(evs)
 	require.NotContains(t, string(b), "hunter2")
-	var call storage.StepRecord
+	var call record.StepRecord
 	for _, r := range s.steps() {
 		if r.Method == "steps/toolCallRequest" {
 			call = r
@@ -363,7 +364,7 @@ func TestBadRequestsAreRefusedAndNothingStored(t *testing.T) {
 		})
 	}
 	require.Empty(t, s.agent.requests())
-	n, err := s.db.Steps(context.Background(), storage.StepQuery{Limit: 10})
+	n, err := s.db.Steps(context.Background(), record.StepQuery{Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, n)
 }
@@ -467,7 +468,7 @@ func TestApprovalRequestHeldAndAnsweredByVigil(t *testing.T) {
 				require.Contains(t, string(got[1]), `"approve":false`)
 				require.Contains(t, texts(f["output"])[0], "Not deleted")
 			}
-			var held storage.StepRecord
+			var held record.StepRecord
 			for _, rec := range s.steps() {
 				if rec.Held {
 					held = rec

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestHTTPToolCalls(t *testing.T) {
@@ -58,7 +58,7 @@ func TestHTTPToolCalls(t *testing.T) {
 		})
 	}
 
-	steps, err := s.db.Steps(ctx, storage.StepQuery{SessionID: "mcp-everything-" + cs.ID(), Limit: 100})
+	steps, err := s.db.Steps(ctx, record.StepQuery{SessionID: "mcp-everything-" + cs.ID(), Limit: 100})
 	require.NoError(t, err)
 	require.NotEmpty(t, steps)
 	for _, st := range steps {
@@ -185,7 +185,7 @@ func TestHTTPSamplingAndElicitation(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, elicited.Load())
 
-	steps, err := s.db.Steps(ctx, storage.StepQuery{SessionID: "mcp-everything-" + cs.ID(), Limit: 100})
+	steps, err := s.db.Steps(ctx, record.StepQuery{SessionID: "mcp-everything-" + cs.ID(), Limit: 100})
 	require.NoError(t, err)
 	var methods []string
 	for _, st := range steps {

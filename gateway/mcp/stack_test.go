@@ -20,7 +20,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 const testRules = `
@@ -114,15 +114,15 @@ func startEverythingHTTP(t testing.TB) string {
 type stack struct {
 	t     testing.TB
 	url   string
-	db    *storage.DB
+	db    *sqlite.DB
 	holds *holds.Manager
 	g     *guardian.Guardian
 }
 
-func newGuardian(t testing.TB, ruleText string) (*guardian.Guardian, *storage.DB, *holds.Manager) {
+func newGuardian(t testing.TB, ruleText string) (*guardian.Guardian, *sqlite.DB, *holds.Manager) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	engine := rules.NewEngine(rules.Options{})

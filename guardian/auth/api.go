@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Key is an API key as the console and the CLI show it: never the key itself.
@@ -57,7 +57,7 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func (a *Auth) keyView(k storage.APIKey) Key {
+func (a *Auth) keyView(k record.APIKey) Key {
 	v := Key{ID: k.ID, Name: k.Name, AgentID: k.AgentID, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
 		CreatedBy: k.CreatedBy, ExpiresAt: optTime(k.ExpiresAt), RevokedAt: optTime(k.RevokedAt),
 		LastUsedAt: optTime(k.LastUsedAt), Status: "active"}
@@ -76,7 +76,7 @@ func (a *Auth) keyView(k storage.APIKey) Key {
 	return v
 }
 
-func userView(u storage.User) User {
+func userView(u record.User) User {
 	return User{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt}
 }
 
@@ -118,14 +118,14 @@ func (a *Auth) CreateKey(ctx context.Context, spec KeySpec, operator string) (Ke
 	}
 	now := a.now()
 	h := hashKey(text)
-	k := &storage.APIKey{ID: id, Name: spec.Name, AgentID: spec.AgentID, Hash: h[:],
+	k := &record.APIKey{ID: id, Name: spec.Name, AgentID: spec.AgentID, Hash: h[:],
 		Prefix: text[:keyShownChars], CreatedAt: now, CreatedBy: operator}
 	if spec.ExpiresIn > 0 {
 		k.ExpiresAt = now.Add(spec.ExpiresIn)
 	}
 	detail, _ := json.Marshal(map[string]any{"keyId": id, "name": spec.Name, "agentId": spec.AgentID,
 		"expiresAt": optTime(k.ExpiresAt)})
-	ev, err := a.store.CreateAPIKey(ctx, k, &storage.AuditEntry{Type: storage.AuditKeyCreated,
+	ev, err := a.store.CreateAPIKey(ctx, k, &record.AuditEntry{Type: record.AuditKeyCreated,
 		Operator: operator, Note: keyNote(id, spec.Name, spec.AgentID), Detail: detail})
 	if err != nil {
 		return Key{}, "", fmt.Errorf("auth: create key: %w", err)
@@ -168,7 +168,7 @@ func (a *Auth) Keys(ctx context.Context) ([]Key, error) {
 // RevokeKey revokes key id. Requests with the key are refused by this server from the
 // moment it returns (by other servers on the same database within their refresh interval).
 func (a *Auth) RevokeKey(ctx context.Context, id, operator string) (Key, error) {
-	k, ev, err := a.store.RevokeAPIKey(ctx, id, a.now(), &storage.AuditEntry{Type: storage.AuditKeyRevoked,
+	k, ev, err := a.store.RevokeAPIKey(ctx, id, a.now(), &record.AuditEntry{Type: record.AuditKeyRevoked,
 		Operator: operator, Note: keyNote(id, "", ""),
 		Detail: json.RawMessage(fmt.Sprintf(`{"keyId":%q}`, id))})
 	if err != nil {
@@ -235,8 +235,8 @@ func (a *Auth) AddUser(ctx context.Context, name, role, password, operator strin
 	if err != nil {
 		return User{}, err
 	}
-	u := &storage.User{Name: name, Role: role, PasswordHash: hash, CreatedAt: a.now()}
-	ev, err := a.store.CreateUser(ctx, u, &storage.AuditEntry{Type: storage.AuditUserCreated,
+	u := &record.User{Name: name, Role: role, PasswordHash: hash, CreatedAt: a.now()}
+	ev, err := a.store.CreateUser(ctx, u, &record.AuditEntry{Type: record.AuditUserCreated,
 		Operator: operator, Note: "account " + name + " (" + role + ")",
 		Detail: mustJSON(map[string]string{"name": name, "role": role})})
 	if err != nil {
@@ -279,7 +279,7 @@ func (a *Auth) RemoveUser(ctx context.Context, name, operator string, keepAdmin 
 			return User{}, ErrLastAdmin
 		}
 	}
-	u, ev, err := a.store.DeleteUser(ctx, name, &storage.AuditEntry{Type: storage.AuditUserRemoved,
+	u, ev, err := a.store.DeleteUser(ctx, name, &record.AuditEntry{Type: record.AuditUserRemoved,
 		Operator: operator, Note: "account " + name,
 		Detail: mustJSON(map[string]string{"name": name})})
 	if err != nil {
@@ -295,8 +295,8 @@ func (a *Auth) SetPassword(ctx context.Context, name, password, operator string)
 	if err != nil {
 		return err
 	}
-	ev, err := a.store.SetUserPassword(ctx, name, hash, a.now(), &storage.AuditEntry{
-		Type: storage.AuditUserPassword, Operator: operator, Note: "password of " + name,
+	ev, err := a.store.SetUserPassword(ctx, name, hash, a.now(), &record.AuditEntry{
+		Type: record.AuditUserPassword, Operator: operator, Note: "password of " + name,
 		Detail: mustJSON(map[string]string{"name": name})})
 	if err != nil {
 		return fmt.Errorf("auth: set password: %w", err)
@@ -385,11 +385,11 @@ func (a *Auth) apiFailure(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrInvalid):
 		writeAPIError(w, &apiError{http.StatusBadRequest, "bad_request", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "), ""})
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound):
 		writeAPIError(w, &apiError{http.StatusNotFound, "not_found", "no such key or account", ""})
-	case errors.Is(err, storage.ErrExists):
+	case errors.Is(err, record.ErrExists):
 		writeAPIError(w, &apiError{http.StatusConflict, "conflict", "an account with that name exists", ""})
-	case errors.Is(err, ErrLastAdmin), errors.Is(err, storage.ErrLastAdmin):
+	case errors.Is(err, ErrLastAdmin), errors.Is(err, record.ErrLastAdmin):
 		writeAPIError(w, &apiError{http.StatusConflict, "conflict", err.Error(), ""})
 	default:
 		a.log.Error("auth: admin api", "err", err)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestAdminKeysAPI(t *testing.T) {
@@ -69,7 +68,7 @@ func TestAdminKeysAPI(t *testing.T) {
 	}
 
 	// Every change is in the audit log under the signed-in operator, and was published.
-	entries, err := e.db.ListAudit(context.Background(), storage.AuditQuery{Type: "key"})
+	entries, err := e.db.ListAudit(context.Background(), record.AuditQuery{Type: "key"})
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
 	for _, en := range entries {
@@ -77,11 +76,11 @@ func TestAdminKeysAPI(t *testing.T) {
 	}
 	var types []string
 	for _, ev := range e.events() {
-		var en storage.AuditEntry
+		var en record.AuditEntry
 		require.NoError(t, json.Unmarshal(ev.Payload, &en))
 		types = append(types, en.Type)
 	}
-	require.Equal(t, []string{storage.AuditUserCreated, storage.AuditLogin, storage.AuditKeyCreated, storage.AuditKeyRevoked}, types)
+	require.Equal(t, []string{record.AuditUserCreated, record.AuditLogin, record.AuditKeyCreated, record.AuditKeyRevoked}, types)
 }
 
 func TestAdminUsersAPI(t *testing.T) {
@@ -135,11 +134,11 @@ func TestAdminUsersAPI(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.status)
 	require.Equal(t, "conflict", r.errorCode(t))
 
-	entries, err := e.db.ListAudit(context.Background(), storage.AuditQuery{Type: "user", Operator: "adam"})
+	entries, err := e.db.ListAudit(context.Background(), record.AuditQuery{Type: "user", Operator: "adam"})
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditUserRemoved, entries[0].Type)
-	require.Equal(t, storage.AuditUserCreated, entries[1].Type)
+	require.Equal(t, record.AuditUserRemoved, entries[0].Type)
+	require.Equal(t, record.AuditUserCreated, entries[1].Type)
 }
 
 func TestAdminRoutesGuardThemselves(t *testing.T) {
@@ -166,7 +165,7 @@ func TestFirstAccountFromOpenConsole(t *testing.T) {
 		"password": "adam-password", "operator": "typed-name"})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
 	require.Equal(t, http.StatusUnauthorized, c.do("GET", "/api/sessions", nil).status)
-	entries, err := e.db.ListAudit(context.Background(), storage.AuditQuery{Type: storage.AuditUserCreated})
+	entries, err := e.db.ListAudit(context.Background(), record.AuditQuery{Type: record.AuditUserCreated})
 	require.NoError(t, err)
 	require.Equal(t, "typed-name", entries[0].Operator)
 }

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Operator roles. Each includes what the ones before it may do.
@@ -57,24 +57,24 @@ var ErrLastAdmin = errors.New("the last admin account cannot be removed from the
 
 // Store is what auth keeps in the database; *storage.DB implements it.
 type Store interface {
-	CreateAPIKey(ctx context.Context, k *storage.APIKey, audit *storage.AuditEntry) (storage.Event, error)
-	APIKeys(ctx context.Context) ([]storage.APIKey, error)
-	APIKey(ctx context.Context, id string) (storage.APIKey, error)
-	APIKeyByHash(ctx context.Context, hash []byte) (storage.APIKey, error)
+	CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error)
+	APIKeys(ctx context.Context) ([]record.APIKey, error)
+	APIKey(ctx context.Context, id string) (record.APIKey, error)
+	APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error)
 	HasAPIKeys(ctx context.Context) (bool, error)
-	RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *storage.AuditEntry) (storage.APIKey, storage.Event, error)
+	RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *record.AuditEntry) (record.APIKey, record.Event, error)
 	TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
 
-	CreateUser(ctx context.Context, u *storage.User, audit *storage.AuditEntry) (storage.Event, error)
-	Users(ctx context.Context) ([]storage.User, error)
-	User(ctx context.Context, name string) (storage.User, error)
+	CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error)
+	Users(ctx context.Context) ([]record.User, error)
+	User(ctx context.Context, name string) (record.User, error)
 	HasUsers(ctx context.Context) (bool, error)
-	SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *storage.AuditEntry) (storage.Event, error)
-	DeleteUser(ctx context.Context, name string, audit *storage.AuditEntry) (storage.User, storage.Event, error)
+	SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *record.AuditEntry) (record.Event, error)
+	DeleteUser(ctx context.Context, name string, audit *record.AuditEntry) (record.User, record.Event, error)
 
-	CreateAuthSession(ctx context.Context, s *storage.AuthSession, audit *storage.AuditEntry) (storage.Event, error)
-	AuthSession(ctx context.Context, hash []byte) (storage.AuthSession, error)
-	DeleteAuthSession(ctx context.Context, hash []byte, audit *storage.AuditEntry) (bool, storage.Event, error)
+	CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error)
+	AuthSession(ctx context.Context, hash []byte) (record.AuthSession, error)
+	DeleteAuthSession(ctx context.Context, hash []byte, audit *record.AuditEntry) (bool, record.Event, error)
 	DeleteExpiredAuthSessions(ctx context.Context, now time.Time) (int64, error)
 }
 
@@ -150,7 +150,7 @@ type Options struct {
 	Store Store
 	// Publish receives the audit events of key, account and sign-in changes, for the live
 	// stream. Optional; it must not block.
-	Publish func(storage.Event)
+	Publish func(record.Event)
 	Logger  *slog.Logger
 	// Now is the clock (default time.Now); tests pass a controllable one.
 	Now func() time.Time
@@ -160,7 +160,7 @@ type Options struct {
 type Auth struct {
 	cfg     Config
 	store   Store
-	publish func(storage.Event)
+	publish func(record.Event)
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -256,7 +256,7 @@ func (a *Auth) Run(ctx context.Context) {
 	}
 }
 
-func (a *Auth) emit(ev storage.Event) {
+func (a *Auth) emit(ev record.Event) {
 	if a.publish != nil && ev.Seq != 0 {
 		a.publish(ev)
 	}

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // CLI runs the `vigil keys …` and `vigil users …` commands against a database file. They
@@ -22,6 +22,9 @@ import (
 type CLI struct {
 	// DefaultDB is the database used without --db.
 	DefaultDB string
+	// Open opens the database named by --db (main picks the backend from it); the CLI
+	// closes what it returns.
+	Open func(ctx context.Context, db string, log *slog.Logger) (ClosableStore, error)
 	// Stdin supplies passwords: read without echo after a prompt when it is a terminal,
 	// else its first line.
 	Stdin  io.Reader
@@ -69,9 +72,18 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func (c *CLI) open(ctx context.Context, path string) (*storage.DB, *Auth, error) {
+// ClosableStore is a Store the CLI opened and must close.
+type ClosableStore interface {
+	Store
+	Close() error
+}
+
+func (c *CLI) open(ctx context.Context, path string) (ClosableStore, *Auth, error) {
 	log := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	db, err := storage.Open(ctx, path, storage.Options{Logger: log, Readers: 1})
+	if c.Open == nil {
+		return nil, nil, errors.New("no database backend configured")
+	}
+	db, err := c.Open(ctx, path, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,12 +138,12 @@ func (c *CLI) run(ctx context.Context, name, usage string, args []string, setup 
 // cliError words the errors an operator can act on.
 func cliError(err error) string {
 	switch {
-	case errors.Is(err, storage.ErrExists):
+	case errors.Is(err, record.ErrExists):
 		return "an account with that name already exists"
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound):
 		return "not found"
-	case errors.Is(err, storage.ErrLastAdmin):
-		return storage.ErrLastAdmin.Error() + "; make another account admin first"
+	case errors.Is(err, record.ErrLastAdmin):
+		return record.ErrLastAdmin.Error() + "; make another account admin first"
 	}
 	return err.Error()
 }

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,7 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 func newTestServer(t testing.TB, h http.Handler) *httptest.Server {
@@ -29,7 +31,7 @@ type cliRun struct {
 func runCLI(t *testing.T, dbPath, stdin string, keys bool, args ...string) cliRun {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	c := &CLI{DefaultDB: dbPath, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut,
+	c := &CLI{DefaultDB: dbPath, Open: openSQLite, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut,
 		Operator: "cli:tester", BcryptCost: 4}
 	var code int
 	if keys {
@@ -76,14 +78,14 @@ func TestKeysCLI(t *testing.T) {
 	require.Contains(t, strings.Split(r.stdout, "\n")[1], "revoked")
 
 	// A server on the database refuses the revoked key.
-	db, err := storage.Open(context.Background(), dbPath, storage.Options{})
+	db, err := sqlite.Open(context.Background(), dbPath, sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	e := newEnvOn(t, db, Config{Loopback: true})
 	status, _, _, _ := rpc(t, e.server(t), secret, "support-bot")
 	require.Equal(t, http.StatusUnauthorized, status)
 
-	entries, err := db.ListAudit(context.Background(), storage.AuditQuery{Type: "key"})
+	entries, err := db.ListAudit(context.Background(), record.AuditQuery{Type: "key"})
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
 	require.Equal(t, "cli:tester", entries[0].Operator)
@@ -146,7 +148,7 @@ func TestUsersCLI(t *testing.T) {
 	r = runCLI(t, dbPath, "new-rita-password\r\n", false, "passwd", "rita")
 	require.Equal(t, 0, r.code, r.stderr)
 
-	db, err := storage.Open(context.Background(), dbPath, storage.Options{})
+	db, err := sqlite.Open(context.Background(), dbPath, sqlite.Options{})
 	require.NoError(t, err)
 	e := newEnvOn(t, db, Config{Loopback: true})
 	c := newClient(t, e.server(t))
@@ -162,4 +164,8 @@ func TestUsersCLI(t *testing.T) {
 	r = runCLI(t, dbPath, "", false, "list")
 	require.Equal(t, 0, r.code)
 	require.Contains(t, r.stderr, "No operator accounts")
+}
+
+func openSQLite(ctx context.Context, path string, log *slog.Logger) (ClosableStore, error) {
+	return sqlite.Open(ctx, path, sqlite.Options{Logger: log, Readers: 1})
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // SessionCookie is the name of the console's session cookie.
@@ -187,7 +187,7 @@ func (a *Auth) identify(r *http.Request) (principal, *apiError) {
 		switch {
 		case err == nil && a.now().Before(s.ExpiresAt):
 			return principal{name: s.UserName, role: s.Role, csrf: s.CSRFToken, tokenHash: h[:]}, nil
-		case err != nil && !errors.Is(err, storage.ErrNotFound):
+		case err != nil && !errors.Is(err, record.ErrNotFound):
 			a.log.Error("auth: read session", "err", err)
 			return principal{}, errInternal
 		}

@@ -18,7 +18,8 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // clock is a test clock that moves only when told.
@@ -44,22 +45,22 @@ func (c *clock) Advance(d time.Duration) {
 // env is an Auth over a real database file, with the events it published.
 type env struct {
 	a     *Auth
-	db    *storage.DB
+	db    *sqlite.DB
 	clock *clock
 
 	mu        sync.Mutex
-	published []storage.Event
+	published []record.Event
 }
 
-func (e *env) events() []storage.Event {
+func (e *env) events() []record.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]storage.Event(nil), e.published...)
+	return append([]record.Event(nil), e.published...)
 }
 
-func openDB(t testing.TB) *storage.DB {
+func openDB(t testing.TB) *sqlite.DB {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return db
@@ -72,13 +73,13 @@ func newEnv(t testing.TB, cfg Config) *env {
 	return newEnvOn(t, openDB(t), cfg)
 }
 
-func newEnvOn(t testing.TB, db *storage.DB, cfg Config) *env {
+func newEnvOn(t testing.TB, db *sqlite.DB, cfg Config) *env {
 	t.Helper()
 	if cfg.BcryptCost == 0 {
 		cfg.BcryptCost = 4
 	}
 	e := &env{db: db, clock: newClock()}
-	a, err := New(context.Background(), cfg, Options{Store: db, Now: e.clock.Now, Publish: func(ev storage.Event) {
+	a, err := New(context.Background(), cfg, Options{Store: db, Now: e.clock.Now, Publish: func(ev record.Event) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.published = append(e.published, ev)

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // KeyPrefix starts every API key, so a leaked key is recognisable (e.g. by secret scanners).
@@ -73,7 +73,7 @@ type keyEntry struct {
 	flushed int64
 }
 
-func newKeyEntry(k storage.APIKey) (*keyEntry, error) {
+func newKeyEntry(k record.APIKey) (*keyEntry, error) {
 	if len(k.Hash) != sha256.Size {
 		return nil, fmt.Errorf("auth: api key %s: stored hash has %d bytes", k.ID, len(k.Hash))
 	}
@@ -242,7 +242,7 @@ func (a *Auth) verifyKey(ctx context.Context, text, client string, now time.Time
 			return nil, errKeyInvalid
 		}
 		k, err := a.store.APIKeyByHash(ctx, h[:])
-		if errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, record.ErrNotFound) {
 			return nil, errKeyInvalid
 		}
 		if err != nil {

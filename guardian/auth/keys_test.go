@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestKeyText(t *testing.T) {
@@ -267,15 +267,15 @@ func TestKeyAuditAndEvents(t *testing.T) {
 	k, _ := e.createKey(t, "agent-a", 0)
 	_, err := e.a.RevokeKey(context.Background(), k.ID, "alice")
 	require.NoError(t, err)
-	entries, err := e.db.ListAudit(context.Background(), storage.AuditQuery{Type: "key"})
+	entries, err := e.db.ListAudit(context.Background(), record.AuditQuery{Type: "key"})
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditKeyRevoked, entries[0].Type)
+	require.Equal(t, record.AuditKeyRevoked, entries[0].Type)
 	require.Equal(t, "alice", entries[0].Operator)
-	require.Equal(t, storage.AuditKeyCreated, entries[1].Type)
+	require.Equal(t, record.AuditKeyCreated, entries[1].Type)
 	require.Contains(t, string(entries[1].Detail), `"agentId":"agent-a"`)
 	require.Len(t, e.events(), 2)
 
 	_, err = e.a.RevokeKey(context.Background(), "key_nope", "alice")
-	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 }

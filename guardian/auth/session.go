@@ -13,7 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Me is GET /api/auth/me, and the answer to a sign-in.
@@ -89,10 +89,10 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := hashKey(token)
-	sess := &storage.AuthSession{TokenHash: h[:], UserName: u.Name, CSRFToken: csrf,
+	sess := &record.AuthSession{TokenHash: h[:], UserName: u.Name, CSRFToken: csrf,
 		CreatedAt: now, ExpiresAt: now.Add(a.cfg.SessionTTL)}
-	ev, err := a.store.CreateAuthSession(r.Context(), sess, &storage.AuditEntry{
-		Type: storage.AuditLogin, Operator: u.Name, Note: "signed in from " + client})
+	ev, err := a.store.CreateAuthSession(r.Context(), sess, &record.AuditEntry{
+		Type: record.AuditLogin, Operator: u.Name, Note: "signed in from " + client})
 	if err != nil {
 		a.log.Error("auth: create session", "err", err)
 		writeAPIError(w, errInternal)
@@ -139,21 +139,21 @@ func (a *Auth) sessionCookie(r *http.Request, value string, expires time.Time) *
 // checkPassword verifies name's password; the caller holds a hashing slot. Unknown names
 // cost the same bcrypt comparison as known ones, so the answer's timing does not reveal
 // which accounts exist. known reports whether name is an account (for the log only).
-func (a *Auth) checkPassword(ctx context.Context, name, password string) (u storage.User, known, ok bool, err error) {
+func (a *Auth) checkPassword(ctx context.Context, name, password string) (u record.User, known, ok bool, err error) {
 	u, err = a.store.User(ctx, name)
-	if err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return storage.User{}, false, false, err
+	if err != nil && !errors.Is(err, record.ErrNotFound) {
+		return record.User{}, false, false, err
 	}
 	known = err == nil
 	hash := u.PasswordHash
 	if !known {
 		if hash, err = a.dummy(); err != nil {
-			return storage.User{}, false, false, err
+			return record.User{}, false, false, err
 		}
 	}
 	cmpErr := bcrypt.CompareHashAndPassword(hash, []byte(password))
 	if !known || cmpErr != nil {
-		return storage.User{}, known, false, nil
+		return record.User{}, known, false, nil
 	}
 	return u, true, true, nil
 }
@@ -191,7 +191,7 @@ func (a *Auth) handleLogout(w http.ResponseWriter, r *http.Request) {
 			name = s.UserName
 		}
 		_, ev, err := a.store.DeleteAuthSession(r.Context(), h[:],
-			&storage.AuditEntry{Type: storage.AuditLogout, Operator: name})
+			&record.AuditEntry{Type: record.AuditLogout, Operator: name})
 		if err != nil {
 			a.log.Error("auth: end session", "err", err)
 			writeAPIError(w, errInternal)

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestLoginMeLogout(t *testing.T) {
@@ -56,7 +55,7 @@ func TestLoginMeLogout(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	require.Contains(t, r.header.Get("Set-Cookie"), "Max-Age=0")
 	_, err = e.db.AuthSession(context.Background(), h[:])
-	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 
 	// The old cookie is dead even if a client keeps sending it.
 	r = c.do("GET", "/api/auth/me", nil, "Cookie", SessionCookie+"="+cookie.Value)
@@ -65,12 +64,12 @@ func TestLoginMeLogout(t *testing.T) {
 	r = c.do("GET", "/api/sessions", nil, "Cookie", SessionCookie+"="+cookie.Value)
 	require.Equal(t, http.StatusUnauthorized, r.status)
 
-	entries, err := e.db.ListAudit(context.Background(), storage.AuditQuery{Type: "auth"})
+	entries, err := e.db.ListAudit(context.Background(), record.AuditQuery{Type: "auth"})
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditLogout, entries[0].Type)
+	require.Equal(t, record.AuditLogout, entries[0].Type)
 	require.Equal(t, "rita", entries[0].Operator)
-	require.Equal(t, storage.AuditLogin, entries[1].Type)
+	require.Equal(t, record.AuditLogin, entries[1].Type)
 	require.Equal(t, "rita", entries[1].Operator)
 }
 
@@ -225,5 +224,5 @@ func TestLoginReplacesPreviousSession(t *testing.T) {
 	require.NotEqual(t, first, second)
 	h := hashKey(first)
 	_, err := e.db.AuthSession(context.Background(), h[:])
-	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 }

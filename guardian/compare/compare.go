@@ -17,7 +17,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/jsonpatch"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Limits.
@@ -91,11 +91,11 @@ type Summary struct {
 }
 
 // Align lines up the steps of two sessions, each in seq order.
-func Align(a, b []storage.StepRecord) ([]Row, Summary) {
+func Align(a, b []record.StepRecord) ([]Row, Summary) {
 	ta, tb := turns(a), turns(b)
 	var rows []Row
 	for i := range max(len(ta), len(tb)) {
-		var x, y []storage.StepRecord
+		var x, y []record.StepRecord
 		if i < len(ta) {
 			x = ta[i]
 		}
@@ -125,8 +125,8 @@ func Align(a, b []storage.StepRecord) ([]Row, Summary) {
 
 // turns splits steps into runs of the same turn id. Steps without one (protocols that have
 // no turns) continue the current run, so a session without turn ids is one turn.
-func turns(steps []storage.StepRecord) [][]storage.StepRecord {
-	var out [][]storage.StepRecord
+func turns(steps []record.StepRecord) [][]record.StepRecord {
+	var out [][]record.StepRecord
 	cur := ""
 	for i, s := range steps {
 		if i == 0 || (s.TurnID != "" && s.TurnID != cur) {
@@ -142,10 +142,10 @@ func turns(steps []storage.StepRecord) [][]storage.StepRecord {
 
 type key struct{ kind, tool string }
 
-func keyOf(s storage.StepRecord) key { return key{s.Kind, s.Tool} }
+func keyOf(s record.StepRecord) key { return key{s.Kind, s.Tool} }
 
 // alignTurn appends the rows of one pair of turns.
-func alignTurn(rows []Row, turn int, a, b []storage.StepRecord) []Row {
+func alignTurn(rows []Row, turn int, a, b []record.StepRecord) []Row {
 	pairs := lcs(a, b)
 	i, j := 0, 0
 	for _, p := range append(pairs, [2]int{len(a), len(b)}) {
@@ -160,7 +160,7 @@ func alignTurn(rows []Row, turn int, a, b []storage.StepRecord) []Row {
 
 // gapRows lays out a stretch with no common key: a step of A and one of B of the same kind
 // pair up as a change (of tool, mostly), the others stand alone.
-func gapRows(rows []Row, turn int, a, b []storage.StepRecord) []Row {
+func gapRows(rows []Row, turn int, a, b []record.StepRecord) []Row {
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
 		switch {
@@ -183,7 +183,7 @@ func gapRows(rows []Row, turn int, a, b []storage.StepRecord) []Row {
 // order. A common prefix and suffix are matched directly, so the table covers only the
 // part in between: at most MaxSteps × MaxSteps two-byte cells (8 MB) in the worst case,
 // and little for sessions that mostly agree.
-func lcs(a, b []storage.StepRecord) [][2]int {
+func lcs(a, b []record.StepRecord) [][2]int {
 	var head, tail [][2]int
 	lo := 0
 	for lo < len(a) && lo < len(b) && keyOf(a[lo]) == keyOf(b[lo]) {
@@ -241,7 +241,7 @@ func lcs(a, b []storage.StepRecord) [][2]int {
 }
 
 // pairRow compares two aligned steps.
-func pairRow(turn int, a, b storage.StepRecord) Row {
+func pairRow(turn int, a, b record.StepRecord) Row {
 	r := Row{Turn: turn, A: view(a), B: view(b), Status: StatusSame}
 	if a.Decision != b.Decision || a.Held != b.Held {
 		r.Diff = append(r.Diff, FieldDecision)
@@ -270,7 +270,7 @@ func pairRow(turn int, a, b storage.StepRecord) Row {
 
 // inputsDiff is the JSON Patch between the tool inputs of two stored steps; nil when they
 // are equal or either request no longer decodes (nothing can be said about its inputs).
-func inputsDiff(a, b storage.StepRecord) []jsonpatch.Op {
+func inputsDiff(a, b record.StepRecord) []jsonpatch.Op {
 	ia, okA := inputs(a)
 	ib, okB := inputs(b)
 	if !okA || !okB || bytes.Equal(ia, ib) {
@@ -283,7 +283,7 @@ func inputsDiff(a, b storage.StepRecord) []jsonpatch.Op {
 	return ops
 }
 
-func inputs(rec storage.StepRecord) (json.RawMessage, bool) {
+func inputs(rec record.StepRecord) (json.RawMessage, bool) {
 	step, perr := aos.ParseStep(rec.Request)
 	if perr != nil {
 		return nil, false
@@ -300,7 +300,7 @@ func inputs(rec storage.StepRecord) (json.RawMessage, bool) {
 	return js, true
 }
 
-func view(rec storage.StepRecord) *Step {
+func view(rec record.StepRecord) *Step {
 	s := &Step{Seq: rec.Seq, TurnID: rec.TurnID, StepID: rec.StepID, Method: rec.Method, Kind: rec.Kind,
 		Tool: rec.Tool, Decision: rec.Decision, Held: rec.Held, Text: rec.Text, Rules: make([]string, 0, len(rec.MatchedRules))}
 	if utf8.RuneCountInString(s.Text) > MaxText {

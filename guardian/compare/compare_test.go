@@ -7,16 +7,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // steps builds records from "turn/kind/tool/decision" specs; seqs start at base.
-func steps(base int64, specs ...string) []storage.StepRecord {
-	out := make([]storage.StepRecord, len(specs))
+func steps(base int64, specs ...string) []record.StepRecord {
+	out := make([]record.StepRecord, len(specs))
 	for i, s := range specs {
 		f := strings.Split(s, "/")
-		out[i] = storage.StepRecord{Seq: base + int64(i), TurnID: f[0], Kind: f[1], Tool: f[2], Decision: f[3],
-			Method: "steps/" + f[1], MatchedRules: []storage.RuleMatch{}}
+		out[i] = record.StepRecord{Seq: base + int64(i), TurnID: f[0], Kind: f[1], Tool: f[2], Decision: f[3],
+			Method: "steps/" + f[1], MatchedRules: []record.RuleMatch{}}
 	}
 	return out
 }
@@ -40,7 +40,7 @@ func layout(rows []Row) []string {
 func TestAlign(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		a, b []storage.StepRecord
+		a, b []record.StepRecord
 		want []string
 		sum  Summary
 	}{
@@ -93,16 +93,16 @@ func TestAlignFields(t *testing.T) {
 	a := steps(1, "t1/toolCall/send/allow")[0]
 	b := steps(2, "t1/toolCall/send/allow")[0]
 	a.Text, b.Text = "send it", "send it now"
-	a.MatchedRules = []storage.RuleMatch{{RuleID: "watch", Action: "allow"}}
-	b.MatchedRules = []storage.RuleMatch{{RuleID: "watch", Action: "allow"}, {RuleID: "hold-send", Action: "hold"}}
+	a.MatchedRules = []record.RuleMatch{{RuleID: "watch", Action: "allow"}}
+	b.MatchedRules = []record.RuleMatch{{RuleID: "watch", Action: "allow"}, {RuleID: "hold-send", Action: "hold"}}
 	b.Held = true
-	rows, _ := Align([]storage.StepRecord{a}, []storage.StepRecord{b})
+	rows, _ := Align([]record.StepRecord{a}, []record.StepRecord{b})
 	require.Equal(t, []string{FieldDecision, FieldText, FieldRules}, rows[0].Diff)
 	require.Equal(t, []string{"hold-send:hold", "watch:allow"}, rows[0].B.Rules)
 
 	long := strings.Repeat("é", MaxText+5)
 	a.Text = long
-	rows, _ = Align([]storage.StepRecord{a}, []storage.StepRecord{a})
+	rows, _ = Align([]record.StepRecord{a}, []record.StepRecord{a})
 	require.Equal(t, StatusSame, rows[0].Status)
 	require.True(t, rows[0].A.TextTruncated)
 	require.Equal(t, MaxText, len([]rune(rows[0].A.Text)))

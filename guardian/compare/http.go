@@ -9,19 +9,19 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Store is what a comparison reads; *storage.DB implements it.
 type Store interface {
-	Session(ctx context.Context, id string) (storage.Session, error)
+	Session(ctx context.Context, id string) (record.Session, error)
 	// Steps pages through a session's steps in seq order (at most 1000 a page).
-	Steps(ctx context.Context, q storage.StepQuery) ([]storage.StepRecord, error)
+	Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error)
 }
 
 // Side describes one of the two sessions.
 type Side struct {
-	Session storage.Session `json:"session"`
+	Session record.Session `json:"session"`
 	// Steps is how many of its steps were compared; Truncated says the session has more
 	// than MaxSteps and the rest was left out.
 	Steps     int  `json:"steps"`
@@ -86,7 +86,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.Compare(r.Context(), a, b)
 	if err != nil {
-		if errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, record.ErrNotFound) {
 			apijson.Error(w, http.StatusNotFound, "not_found", err.Error())
 			return
 		}
@@ -117,7 +117,7 @@ func (s *Service) Compare(ctx context.Context, a, b string) (Result, error) {
 
 type loaded struct {
 	Side
-	steps []storage.StepRecord
+	steps []record.StepRecord
 }
 
 func (s *Service) side(ctx context.Context, id string) (loaded, error) {
@@ -125,12 +125,12 @@ func (s *Service) side(ctx context.Context, id string) (loaded, error) {
 	if err != nil {
 		return loaded{}, fmt.Errorf("compare: %w", err)
 	}
-	var steps []storage.StepRecord
+	var steps []record.StepRecord
 	after := int64(0)
 	for len(steps) <= MaxSteps {
 		// One more than MaxSteps tells a cut-off session from one of exactly MaxSteps.
 		limit := min(1000, MaxSteps+1-len(steps))
-		page, err := s.store.Steps(ctx, storage.StepQuery{SessionID: id, After: after, Limit: limit})
+		page, err := s.store.Steps(ctx, record.StepQuery{SessionID: id, After: after, Limit: limit})
 		if err != nil {
 			return loaded{}, fmt.Errorf("compare: %w", err)
 		}

@@ -13,14 +13,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 var t0 = time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 
-func openDB(t testing.TB) *storage.DB {
+func openDB(t testing.TB) *sqlite.DB {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return db
@@ -32,16 +33,16 @@ func toolCall(session, turn, step, tool, to string) json.RawMessage {
 		session, turn, step, step, tool, to))
 }
 
-func save(t *testing.T, db *storage.DB, session, turn, step, tool, to, decision string) storage.StepRecord {
+func save(t *testing.T, db *sqlite.DB, session, turn, step, tool, to, decision string) record.StepRecord {
 	t.Helper()
-	rec := storage.StepRecord{SessionID: session, TurnID: turn, StepID: step, Method: "steps/toolCallRequest",
+	rec := record.StepRecord{SessionID: session, TurnID: turn, StepID: step, Method: "steps/toolCallRequest",
 		Kind: "toolCall", Tool: tool, Decision: decision, ReceivedAt: t0, Request: toolCall(session, turn, step, tool, to),
 		Response: json.RawMessage("null")}
 	require.NoError(t, db.SaveStep(context.Background(), &rec))
 	return rec
 }
 
-func serve(t *testing.T, db *storage.DB) *httptest.Server {
+func serve(t *testing.T, db *sqlite.DB) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	New(db, nil).Register(mux)
@@ -99,7 +100,7 @@ func TestCompareAPI(t *testing.T) {
 // bulk stores n steps of each session, interleaved, straight into the tables (the journal
 // would take minutes for a million). Every step carries a real AOS request; the i-th steps
 // of all sessions have the same turn and tool.
-func bulk(t testing.TB, db *storage.DB, sessions []string, n int) {
+func bulk(t testing.TB, db *sqlite.DB, sessions []string, n int) {
 	t.Helper()
 	ids, err := json.Marshal(sessions)
 	require.NoError(t, err)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // BenchmarkControl is the cost the pipeline pays on every step for session controls.
@@ -36,10 +36,10 @@ func BenchmarkControl(b *testing.B) {
 // BenchmarkHoldApprove is one full review cycle over SQLite: the hold is stored and
 // published, an operator approves it, the agent is answered.
 func BenchmarkHoldApprove(b *testing.B) {
-	created := make(chan storage.Event, 1)
+	created := make(chan record.Event, 1)
 	e := newEnv(b, func(o *holds.Options) {
-		o.Publish = func(ev storage.Event) {
-			if ev.Type == storage.EventHoldCreated {
+		o.Publish = func(ev record.Event) {
+			if ev.Type == record.EventHoldCreated {
 				created <- ev
 			}
 		}

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestCommentsOnSessionsAndSteps(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	rec := &storage.StepRecord{SessionID: "s1", Method: "steps/message", Kind: "message", Decision: "allow",
+	rec := &record.StepRecord{SessionID: "s1", Method: "steps/message", Kind: "message", Decision: "allow",
 		ReceivedAt: start, Request: json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"steps/message"}`),
 		Response: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{"decision":"allow"}}`)}
 	require.NoError(t, e.db.SaveStep(ctx, rec))
@@ -35,8 +35,8 @@ func TestCommentsOnSessionsAndSteps(t *testing.T) {
 	require.Equal(t, rec.Seq, c.StepSeq)
 
 	// Shown live to other operators: each comment is an audit event.
-	evs := e.rec.waitN(t, 2, func(ev storage.Event) bool { return ev.Type == storage.EventAudit })
-	var live storage.AuditEntry
+	evs := e.rec.waitN(t, 2, func(ev record.Event) bool { return ev.Type == record.EventAudit })
+	var live record.AuditEntry
 	require.NoError(t, json.Unmarshal(evs[1].Payload, &live))
 	require.Equal(t, holds.AuditComment, live.Type)
 	require.Equal(t, "bob", live.Operator)
@@ -53,7 +53,7 @@ func TestCommentsOnSessionsAndSteps(t *testing.T) {
 	require.Empty(t, list.Comments)
 
 	// In the audit log, and so in exports.
-	require.Len(t, e.audit(storage.AuditQuery{Type: "comment", SessionID: "s1"}), 2)
+	require.Len(t, e.audit(record.AuditQuery{Type: "comment", SessionID: "s1"}), 2)
 
 	type apiErr struct {
 		Error struct{ Code, Field, Message string } `json:"error"`

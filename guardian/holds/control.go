@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Control reports a session's control: ControlActive, ControlPaused or ControlBlocked. It
@@ -39,7 +39,7 @@ func (m *Manager) Controls() map[string]string {
 // steps already waiting in the queue; resuming leaves them for the operators to decide.
 func (m *Manager) SetControl(ctx context.Context, sessionID, control, operator, note string) error {
 	operator = strings.TrimSpace(operator)
-	state, ok := storage.ControlState(control)
+	state, ok := record.ControlState(control)
 	switch {
 	case sessionID == "":
 		return &FieldError{Field: "sessionId", Message: "session id is required"}
@@ -56,7 +56,7 @@ func (m *Manager) SetControl(ctx context.Context, sessionID, control, operator, 
 	detail, _ := json.Marshal(map[string]string{"state": state}) // strings always marshal
 	audit := &AuditEntry{Type: "session." + control, Operator: operator, SessionID: sessionID,
 		Note: note, Detail: detail}
-	events, err := m.store.SetSessionControl(context.WithoutCancel(ctx), storage.SessionControl{
+	events, err := m.store.SetSessionControl(context.WithoutCancel(ctx), record.SessionControl{
 		SessionID: sessionID, Control: control, Operator: operator, Note: note, At: m.clock.Now(),
 	}, audit)
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // withDenyOver stands in for the rules: an edited transfer over limit is denied by rule
@@ -101,7 +101,7 @@ func TestModifyReRunsTheRules(t *testing.T) {
 			require.NoError(t, r.err)
 			require.Equal(t, rules.ActionModify, r.out.Decision)
 			require.JSONEq(t, string(transferParams(tc.amount)), string(r.out.Params))
-			entries := e.audit(storage.AuditQuery{Type: storage.AuditHoldModified, Limit: 10})
+			entries := e.audit(record.AuditQuery{Type: record.AuditHoldModified, Limit: 10})
 			require.Len(t, entries, 1)
 			if tc.audited == "" {
 				require.Empty(t, entries[0].Detail)

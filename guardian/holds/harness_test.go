@@ -18,8 +18,9 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/guardian/holds/holdstest"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // wait bounds every wait of these tests: long enough for a slow -race run, short enough
@@ -31,13 +32,13 @@ var start = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // recorder collects published events and lets tests wait for one.
 type recorder struct {
 	mu      sync.Mutex
-	events  []storage.Event
+	events  []record.Event
 	changed chan struct{}
 }
 
 func newRecorder() *recorder { return &recorder{changed: make(chan struct{})} }
 
-func (r *recorder) publish(ev storage.Event) {
+func (r *recorder) publish(ev record.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	close(r.changed)
@@ -46,13 +47,13 @@ func (r *recorder) publish(ev storage.Event) {
 }
 
 // waitN waits until n events satisfy match, and returns them in publish order.
-func (r *recorder) waitN(t testing.TB, n int, match func(storage.Event) bool) []storage.Event {
+func (r *recorder) waitN(t testing.TB, n int, match func(record.Event) bool) []record.Event {
 	t.Helper()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		var got []storage.Event
+		var got []record.Event
 		for _, ev := range r.events {
 			if match(ev) {
 				got = append(got, ev)
@@ -71,21 +72,21 @@ func (r *recorder) waitN(t testing.TB, n int, match func(storage.Event) bool) []
 	}
 }
 
-func (r *recorder) all() []storage.Event {
+func (r *recorder) all() []record.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]storage.Event(nil), r.events...)
+	return append([]record.Event(nil), r.events...)
 }
 
-func ofType(typ string) func(storage.Event) bool {
-	return func(ev storage.Event) bool { return ev.Type == typ }
+func ofType(typ string) func(record.Event) bool {
+	return func(ev record.Event) bool { return ev.Type == typ }
 }
 
 // env is a Manager over a real SQLite file, a controllable clock and a real HTTP server.
 type env struct {
 	t      testing.TB
 	path   string
-	db     *storage.DB
+	db     *sqlite.DB
 	clock  *holdstest.Clock
 	rec    *recorder
 	m      *holds.Manager
@@ -105,7 +106,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 func newEnvAt(t testing.TB, path string, opts ...envOption) *env {
 	t.Helper()
 	e := &env{t: t, path: path, clock: holdstest.NewClock(start), rec: newRecorder(), ctx: context.Background()}
-	db, err := storage.Open(e.ctx, path, storage.Options{})
+	db, err := sqlite.Open(e.ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	e.db = db
 	o := holds.Options{
@@ -193,8 +194,8 @@ func toolRequest(sid string, amount int) holds.Request {
 // createdHold waits for the n-th hold.created event of session sid and returns its hold.
 func (e *env) createdHold(sid string) holds.Hold {
 	e.t.Helper()
-	evs := e.rec.waitN(e.t, 1, func(ev storage.Event) bool {
-		return ev.Type == storage.EventHoldCreated && ev.SessionID == sid
+	evs := e.rec.waitN(e.t, 1, func(ev record.Event) bool {
+		return ev.Type == record.EventHoldCreated && ev.SessionID == sid
 	})
 	var h holds.Hold
 	require.NoError(e.t, json.Unmarshal(evs[0].Payload, &h))
@@ -258,7 +259,7 @@ type apiErr struct {
 	Hold *holds.Hold `json:"hold"`
 }
 
-func (e *env) audit(q storage.AuditQuery) []storage.AuditEntry {
+func (e *env) audit(q record.AuditQuery) []record.AuditEntry {
 	e.t.Helper()
 	entries, err := e.m.Audit(e.ctx, q)
 	require.NoError(e.t, err)

@@ -23,28 +23,28 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Hold, AuditEntry and AuditQuery are the storage types: a hold is stored, listed and
 // published in the same shape.
 type (
-	Hold       = storage.Hold
-	AuditEntry = storage.AuditEntry
-	AuditQuery = storage.AuditQuery
+	Hold       = record.Hold
+	AuditEntry = record.AuditEntry
+	AuditQuery = record.AuditQuery
 )
 
 // Hold statuses, and the status of an Outcome whose step a remembered approval let through.
 const (
-	StatusPending   = storage.HoldPending
-	StatusApproved  = storage.HoldApproved
-	StatusDenied    = storage.HoldDenied
-	StatusModified  = storage.HoldModified
-	StatusTimedOut  = storage.HoldTimedOut
-	StatusAbandoned = storage.HoldAbandoned
+	StatusPending   = record.HoldPending
+	StatusApproved  = record.HoldApproved
+	StatusDenied    = record.HoldDenied
+	StatusModified  = record.HoldModified
+	StatusTimedOut  = record.HoldTimedOut
+	StatusAbandoned = record.HoldAbandoned
 	// StatusInterrupted: the guardian stopped before anyone decided.
-	StatusInterrupted = storage.HoldInterrupted
+	StatusInterrupted = record.HoldInterrupted
 	StatusRemembered  = "remembered"
 )
 
@@ -60,9 +60,9 @@ const (
 
 // Session controls (states) as Control reports them.
 const (
-	ControlActive  = storage.ControlActive
-	ControlPaused  = storage.ControlPaused
-	ControlBlocked = storage.ControlBlocked
+	ControlActive  = record.ControlActive
+	ControlPaused  = record.ControlPaused
+	ControlBlocked = record.ControlBlocked
 )
 
 // Rule ids the guardian uses for holds and denials caused by session controls.
@@ -86,9 +86,9 @@ const (
 var (
 	// ErrConflict is returned when a hold was already decided (or timed out, or abandoned):
 	// the first decision won.
-	ErrConflict = storage.ErrHoldDecided
+	ErrConflict = record.ErrHoldDecided
 	// ErrNotFound is returned for an unknown hold.
-	ErrNotFound = storage.ErrNotFound
+	ErrNotFound = record.ErrNotFound
 	// ErrTooManyPending is returned (wrapped in a *QueueFullError) by Hold when a limit of
 	// the review queue is reached.
 	ErrTooManyPending = errors.New("too many pending holds")
@@ -121,24 +121,24 @@ func (e *FieldError) Error() string { return e.Message }
 // that changes state writes its events (and audit entry, when given one) in the same
 // transaction and returns the events for publishing.
 type Store interface {
-	CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]storage.Event, error)
+	CreateHold(ctx context.Context, h *Hold, audit *AuditEntry) ([]record.Event, error)
 	// ResolveHold updates the hold only while it is pending; otherwise it returns the stored
 	// hold and an error wrapping ErrConflict.
-	ResolveHold(ctx context.Context, id string, res storage.HoldResolution, audit *AuditEntry) (Hold, []storage.Event, error)
+	ResolveHold(ctx context.Context, id string, res record.HoldResolution, audit *AuditEntry) (Hold, []record.Event, error)
 	GetHold(ctx context.Context, id string) (Hold, error)
 	ListHolds(ctx context.Context, status string, limit int) ([]Hold, error)
 	SetHoldSeq(ctx context.Context, id string, seq int64) error
 	// HoldBySeq returns the hold of a stored step (ErrNotFound when it was not held).
 	HoldBySeq(ctx context.Context, seq int64) (Hold, error)
 	// ResolvePendingOnStartup times out every hold left pending by a previous run.
-	ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hold, []storage.Event, error)
-	SetSessionControl(ctx context.Context, c storage.SessionControl, audit *AuditEntry) ([]storage.Event, error)
+	ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]Hold, []record.Event, error)
+	SetSessionControl(ctx context.Context, c record.SessionControl, audit *AuditEntry) ([]record.Event, error)
 	SessionControls(ctx context.Context) (map[string]string, error)
-	AppendAudit(ctx context.Context, e *AuditEntry) (storage.Event, error)
+	AppendAudit(ctx context.Context, e *AuditEntry) (record.Event, error)
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
 	// Session and Step find what a comment is about (ErrNotFound when missing).
-	Session(ctx context.Context, id string) (storage.Session, error)
-	Step(ctx context.Context, seq int64) (storage.StepRecord, error)
+	Session(ctx context.Context, id string) (record.Session, error)
+	Step(ctx context.Context, seq int64) (record.StepRecord, error)
 }
 
 // Options configure a Manager. Store is required.
@@ -148,7 +148,7 @@ type Options struct {
 	Clock Clock
 	// Publish sends a committed event to live clients; nil publishes nothing. It must not
 	// block (the live hub drops slow clients rather than waiting).
-	Publish func(storage.Event)
+	Publish func(record.Event)
 	// Remember saves the rule of an "approve and remember" (create or replace by id); nil
 	// refuses remember requests.
 	Remember func(ctx context.Context, r rules.Rule) error
@@ -209,7 +209,7 @@ type Request struct {
 	OnTimeout rules.Action
 	// Matches are the rules that matched the step. An enforced match of a remembered
 	// approval lets the step through without a hold.
-	Matches []storage.RuleMatch
+	Matches []record.RuleMatch
 }
 
 // Outcome is how a held step ended.
@@ -249,7 +249,7 @@ type Decision struct {
 type Manager struct {
 	store          Store
 	clock          Clock
-	publish        func(storage.Event)
+	publish        func(record.Event)
 	remember       func(context.Context, rules.Rule) error
 	validateParams func(string, json.RawMessage) error
 	checkEditFn    CheckEditFunc
@@ -343,7 +343,7 @@ func NewManager(opts Options) *Manager {
 		m.clock = SystemClock()
 	}
 	if m.publish == nil {
-		m.publish = func(storage.Event) {}
+		m.publish = func(record.Event) {}
 	}
 	if m.maxPending <= 0 {
 		m.maxPending = DefaultMaxPending
@@ -538,7 +538,7 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 		"message": h.Message, "timeout": timeout.String(), "deadline": h.Deadline.UTC(),
 		"onTimeout": h.OnTimeout,
 	})
-	audit := &AuditEntry{Type: storage.AuditHoldCreated, SessionID: h.SessionID, HoldID: h.ID,
+	audit := &AuditEntry{Type: record.AuditHoldCreated, SessionID: h.SessionID, HoldID: h.ID,
 		RuleID: h.RuleID, Decision: string(rules.ActionHold), At: now, Detail: detail}
 	// Not the agent's ctx: a write it cancels might still commit, and a hold must either be
 	// stored and then resolved, or not exist.
@@ -560,7 +560,7 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 		case <-timer.C():
 			note := fmt.Sprintf("no operator decided within %s", timeout)
 			detail, _ := json.Marshal(map[string]string{"timeout": timeout.String()})
-			res := storage.HoldResolution{Status: StatusTimedOut, Decision: h.OnTimeout, Note: note}
+			res := record.HoldResolution{Status: StatusTimedOut, Decision: h.OnTimeout, Note: note}
 			if res.Decision == string(rules.ActionAllow) && req.Modify != nil {
 				// An allow on timeout lets the step through as an approval would.
 				if p, err := req.final(nil); err != nil {
@@ -572,18 +572,18 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 					res.Decision, res.Params = string(rules.ActionModify), p
 				}
 			}
-			return m.finish(w, h, res, storage.AuditHoldTimedOut, detail), nil
+			return m.finish(w, h, res, record.AuditHoldTimedOut, detail), nil
 		case <-ctx.Done():
-			return m.finish(w, h, storage.HoldResolution{Status: StatusAbandoned,
+			return m.finish(w, h, record.HoldResolution{Status: StatusAbandoned,
 				Decision: string(rules.ActionDeny), Note: "agent disconnected while the step was held"},
-				storage.AuditHoldAbandoned, nil), nil
+				record.AuditHoldAbandoned, nil), nil
 		case <-m.closing:
 			// Never the onTimeout decision: nobody reviewed the step, and a deny the agent
 			// can retry once the guardian is back loses nothing.
 			detail, _ := json.Marshal(map[string]string{"reason": "shutdown"})
-			return m.finish(w, h, storage.HoldResolution{Status: StatusInterrupted,
+			return m.finish(w, h, record.HoldResolution{Status: StatusInterrupted,
 				Decision: string(rules.ActionDeny), Note: "guardian shut down while pending"},
-				storage.AuditHoldInterrupted, detail), nil
+				record.AuditHoldInterrupted, detail), nil
 		}
 	}
 }
@@ -631,7 +631,7 @@ func (r *Request) final(params json.RawMessage) (json.RawMessage, error) {
 // finish resolves a hold without an operator (timeout, disconnect, shutdown). When the
 // store already holds a decision (made elsewhere), that decision stands; when the store
 // fails, the agent still gets res and the error is logged.
-func (m *Manager) finish(w *waiter, h Hold, res storage.HoldResolution, auditType string, detail json.RawMessage) Outcome {
+func (m *Manager) finish(w *waiter, h Hold, res record.HoldResolution, auditType string, detail json.RawMessage) Outcome {
 	defer m.release(w)
 	res.DecidedAt = m.clock.Now()
 	audit := &AuditEntry{Type: auditType, Detail: detail}
@@ -654,7 +654,7 @@ func (m *Manager) finish(w *waiter, h Hold, res storage.HoldResolution, auditTyp
 // applyDecision stores an operator's decision; it runs on the hold's owner goroutine. It
 // reports done when the hold is resolved (by this decision, or by one stored elsewhere).
 func (m *Manager) applyDecision(w *waiter, h Hold, d *decideReq) (Outcome, bool) {
-	res := storage.HoldResolution{Status: d.status, Decision: string(d.decision),
+	res := record.HoldResolution{Status: d.status, Decision: string(d.decision),
 		DecidedBy: d.operator, DecidedAt: m.clock.Now(), Note: d.note, Params: d.params}
 	audit, err := m.decisionAudit(h, d)
 	if err != nil {
@@ -695,7 +695,7 @@ func (m *Manager) decisionAudit(h Hold, d *decideReq) (*AuditEntry, error) {
 	a := &AuditEntry{Operator: d.operator, Note: d.note}
 	switch d.status {
 	case StatusApproved:
-		a.Type = storage.AuditHoldApproved
+		a.Type = record.AuditHoldApproved
 		if d.rule != nil {
 			detail, err := json.Marshal(map[string]any{"remember": map[string]any{
 				"ruleId": d.rule.ID, "scope": d.scope, "expiresAt": d.rule.ExpiresAt}})
@@ -705,9 +705,9 @@ func (m *Manager) decisionAudit(h Hold, d *decideReq) (*AuditEntry, error) {
 			a.Detail = detail
 		}
 	case StatusDenied:
-		a.Type = storage.AuditHoldDenied
+		a.Type = record.AuditHoldDenied
 	case StatusModified:
-		a.Type = storage.AuditHoldModified
+		a.Type = record.AuditHoldModified
 		if d.overridden != nil {
 			detail, err := json.Marshal(map[string]any{"override": d.overridden})
 			if err != nil {
@@ -938,7 +938,7 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 	if err != nil {
 		return Hold{}, err
 	}
-	res := storage.HoldResolution{Status: status, Decision: string(action), DecidedBy: operator,
+	res := record.HoldResolution{Status: status, Decision: string(action), DecidedBy: operator,
 		DecidedAt: m.clock.Now(), Note: d.Note, Params: req.params}
 	stored, events, err := m.store.ResolveHold(context.WithoutCancel(ctx), id, res, audit)
 	if errors.Is(err, ErrConflict) {
@@ -1041,7 +1041,7 @@ func (m *Manager) Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
 	return es, nil
 }
 
-func (m *Manager) publishAll(events []storage.Event) {
+func (m *Manager) publishAll(events []record.Event) {
 	for _, ev := range events {
 		m.publish(ev)
 	}

@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 func TestTimeoutAnswersOnTimeoutDecision(t *testing.T) {
@@ -54,9 +55,9 @@ func TestTimeoutAnswersOnTimeoutDecision(t *testing.T) {
 			require.ErrorIs(t, err, holds.ErrConflict)
 			require.ErrorContains(t, err, "timedOut")
 
-			entries := e.audit(storage.AuditQuery{HoldID: h.ID})
+			entries := e.audit(record.AuditQuery{HoldID: h.ID})
 			require.Len(t, entries, 2)
-			require.Equal(t, storage.AuditHoldTimedOut, entries[0].Type)
+			require.Equal(t, record.AuditHoldTimedOut, entries[0].Type)
 			require.Empty(t, entries[0].Operator)
 			require.Equal(t, string(tc.want), entries[0].Decision)
 			require.Equal(t, "no operator decided within 2m0s", entries[0].Note)
@@ -95,9 +96,9 @@ func TestAgentDisconnectAbandons(t *testing.T) {
 	_, err = e.m.Deny(e.ctx, h.ID, holds.Decision{Operator: "alice"})
 	require.ErrorIs(t, err, holds.ErrConflict)
 
-	entries := e.audit(storage.AuditQuery{HoldID: h.ID})
+	entries := e.audit(record.AuditQuery{HoldID: h.ID})
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditHoldAbandoned, entries[0].Type)
+	require.Equal(t, record.AuditHoldAbandoned, entries[0].Type)
 	require.Equal(t, "deny", entries[0].Decision)
 	require.Contains(t, entries[0].Note, "disconnected")
 }
@@ -166,7 +167,7 @@ func TestOneOfDecisionTimeoutAbandonWins(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, r.out.Status, stored.Status)
 		require.Equal(t, r.out.Hold, stored)
-		require.Len(t, e.audit(storage.AuditQuery{HoldID: h.ID}), 2)
+		require.Len(t, e.audit(record.AuditQuery{HoldID: h.ID}), 2)
 		require.Zero(t, e.m.Pending())
 	}
 	t.Logf("winners over 40 races: %v", wins)
@@ -180,7 +181,7 @@ func TestHundredsOfConcurrentHolds(t *testing.T) {
 		sid := fmt.Sprintf("s%03d", i)
 		chans[sid] = e.held(e.ctx, toolRequest(sid, 1000+i))
 	}
-	created := e.rec.waitN(t, n, ofType(storage.EventHoldCreated))
+	created := e.rec.waitN(t, n, ofType(record.EventHoldCreated))
 	require.Equal(t, n, e.m.Pending())
 	var list struct {
 		Holds []holds.Hold `json:"holds"`
@@ -257,7 +258,7 @@ func TestHundredsOfConcurrentHolds(t *testing.T) {
 		require.Equal(t, winner[sid], r.out.Status, sid)
 	}
 	require.Zero(t, e.m.Pending())
-	require.Len(t, e.audit(storage.AuditQuery{Type: "hold", Limit: 1000}), 2*n)
+	require.Len(t, e.audit(record.AuditQuery{Type: "hold", Limit: 1000}), 2*n)
 }
 
 func TestRestartResolvesPendingHolds(t *testing.T) {
@@ -292,19 +293,19 @@ func TestRestartResolvesPendingHolds(t *testing.T) {
 	// particular not the hold's onTimeout allow) is recorded as if it had.
 	require.Equal(t, holds.StatusInterrupted, got.Status)
 	require.Empty(t, got.Decision)
-	require.Equal(t, storage.RestartNote, got.Note)
+	require.Equal(t, sqlite.RestartNote, got.Note)
 	require.True(t, got.DecidedAt.Equal(start))
 	require.Equal(t, http.StatusOK, e2.call("GET", "/api/holds/"+h2.ID, nil, &got))
 	require.Equal(t, holds.StatusApproved, got.Status)
 
-	entries := e2.audit(storage.AuditQuery{HoldID: h.ID})
+	entries := e2.audit(record.AuditQuery{HoldID: h.ID})
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditHoldInterrupted, entries[0].Type)
-	require.Equal(t, storage.RestartNote, entries[0].Note)
+	require.Equal(t, record.AuditHoldInterrupted, entries[0].Type)
+	require.Equal(t, sqlite.RestartNote, entries[0].Note)
 	require.Empty(t, entries[0].Decision)
 	require.JSONEq(t, `{"reason":"restart"}`, string(entries[0].Detail))
 
-	resolved := e2.rec.waitN(t, 1, ofType(storage.EventHoldResolved))
+	resolved := e2.rec.waitN(t, 1, ofType(record.EventHoldResolved))
 	require.Len(t, resolved, 1)
 	var live holds.Hold
 	require.NoError(t, json.Unmarshal(resolved[0].Payload, &live))
@@ -338,9 +339,9 @@ func TestShutdownAnswersWaitingAgents(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, holds.StatusInterrupted, stored.Status)
 	require.Equal(t, "deny", stored.Decision)
-	entries := e.audit(storage.AuditQuery{HoldID: h.ID})
+	entries := e.audit(record.AuditQuery{HoldID: h.ID})
 	require.Len(t, entries, 2)
-	require.Equal(t, storage.AuditHoldInterrupted, entries[0].Type)
+	require.Equal(t, record.AuditHoldInterrupted, entries[0].Type)
 	require.Equal(t, "deny", entries[0].Decision)
 	require.JSONEq(t, `{"reason":"shutdown"}`, string(entries[0].Detail))
 
@@ -358,7 +359,7 @@ func TestMaxPending(t *testing.T) {
 	_, err := e.m.Hold(e.ctx, toolRequest("s3", 5000))
 	require.ErrorIs(t, err, holds.ErrTooManyPending)
 	require.ErrorContains(t, err, "at most 2)")
-	require.Len(t, e.audit(storage.AuditQuery{Type: storage.AuditHoldCreated}), 2, "a refused hold is not stored")
+	require.Len(t, e.audit(record.AuditQuery{Type: record.AuditHoldCreated}), 2, "a refused hold is not stored")
 
 	_, err = e.m.Approve(e.ctx, h1.ID, holds.Decision{Operator: "alice"})
 	require.NoError(t, err)
@@ -425,17 +426,17 @@ func TestQueueLimits(t *testing.T) {
 			for _, r := range tc.first {
 				waiting = append(waiting, e.held(e.ctx, r))
 			}
-			e.rec.waitN(t, len(tc.first), ofType(storage.EventHoldCreated))
+			e.rec.waitN(t, len(tc.first), ofType(record.EventHoldCreated))
 
 			_, err := e.m.Hold(e.ctx, tc.refuse)
 			var full *holds.QueueFullError
 			require.ErrorAs(t, err, &full)
 			require.ErrorIs(t, err, holds.ErrTooManyPending)
 			require.Equal(t, tc.limit, full.Limit)
-			require.Len(t, e.audit(storage.AuditQuery{Type: storage.AuditHoldCreated}), len(tc.first), "a refused hold is not stored")
+			require.Len(t, e.audit(record.AuditQuery{Type: record.AuditHoldCreated}), len(tc.first), "a refused hold is not stored")
 
 			waiting = append(waiting, e.held(e.ctx, tc.other))
-			e.rec.waitN(t, len(tc.first)+1, ofType(storage.EventHoldCreated))
+			e.rec.waitN(t, len(tc.first)+1, ofType(record.EventHoldCreated))
 			for _, ch := range waiting {
 				requireWaiting(t, ch)
 			}
@@ -504,12 +505,12 @@ func TestSessionControls(t *testing.T) {
 	require.Equal(t, holds.ControlPaused, e.m.Control("s1"))
 	require.Equal(t, holds.ControlActive, e.m.Control("s2"))
 
-	evs := e.rec.waitN(t, 1, ofType(storage.EventSessionControl))
+	evs := e.rec.waitN(t, 1, ofType(record.EventSessionControl))
 	require.JSONEq(t, `{"sessionId":"s1","control":"pause","operator":"alice","note":"odd"}`, string(evs[0].Payload))
-	audits := e.rec.waitN(t, 1, ofType(storage.EventAudit))
-	var a storage.AuditEntry
+	audits := e.rec.waitN(t, 1, ofType(record.EventAudit))
+	var a record.AuditEntry
 	require.NoError(t, json.Unmarshal(audits[0].Payload, &a))
-	require.Equal(t, storage.AuditSessionPause, a.Type)
+	require.Equal(t, record.AuditSessionPause, a.Type)
 	require.Equal(t, "alice", a.Operator)
 	require.Equal(t, "odd", a.Note)
 	require.JSONEq(t, `{"state":"paused"}`, string(a.Detail))
@@ -518,7 +519,7 @@ func TestSessionControls(t *testing.T) {
 	// let it through.
 	pauseReq := toolRequest("s1", 10)
 	pauseReq.RuleID = holds.PauseRuleID
-	pauseReq.Matches = []storage.RuleMatch{{RuleID: "remember-agent-1-transfer-funds-1", Action: "allow", Mode: "enforce"}}
+	pauseReq.Matches = []record.RuleMatch{{RuleID: "remember-agent-1-transfer-funds-1", Action: "allow", Mode: "enforce"}}
 	paused := e.held(e.ctx, pauseReq)
 	ph := e.createdHold("s1")
 	require.Equal(t, holds.PauseRuleID, ph.RuleID)
@@ -552,7 +553,7 @@ func TestSessionControls(t *testing.T) {
 	require.NoError(t, e.m.SetControl(e.ctx, "s3", "pause", "carol", ""))
 	require.Equal(t, map[string]string{"s1": "blocked", "s3": "paused"}, e.m.Controls())
 
-	sessionAudit := e.audit(storage.AuditQuery{Type: "session"})
+	sessionAudit := e.audit(record.AuditQuery{Type: "session"})
 	var types []string
 	for _, en := range sessionAudit {
 		types = append(types, en.Type)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // maxBody bounds an action's body; modified params carry a whole step's arguments.
@@ -35,7 +35,7 @@ func (m *Manager) Register(mux *http.ServeMux) {
 	for _, action := range []string{"approve", "deny", "modify"} {
 		mux.HandleFunc("POST /api/holds/{id}/"+action, m.handleAction(action))
 	}
-	for _, control := range []string{storage.ControlPause, storage.ControlResume, storage.ControlBlock} {
+	for _, control := range []string{record.ControlPause, record.ControlResume, record.ControlBlock} {
 		mux.HandleFunc("POST /api/sessions/{id}/"+control, m.handleControl(control))
 	}
 	mux.HandleFunc("GET /api/audit", m.handleAudit)

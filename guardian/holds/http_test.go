@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Each operator action over real HTTP, while the agent's call is still waiting.
@@ -27,12 +27,12 @@ func TestDecisionsOverHTTP(t *testing.T) {
 		diff     string
 	}{
 		{action: "approve", body: map[string]any{"operator": "alice", "note": "expected"},
-			status: holds.StatusApproved, decision: rules.ActionAllow, audit: storage.AuditHoldApproved},
+			status: holds.StatusApproved, decision: rules.ActionAllow, audit: record.AuditHoldApproved},
 		{action: "deny", body: map[string]any{"operator": "alice", "note": "not today"},
-			status: holds.StatusDenied, decision: rules.ActionDeny, audit: storage.AuditHoldDenied},
+			status: holds.StatusDenied, decision: rules.ActionDeny, audit: record.AuditHoldDenied},
 		{action: "modify", body: map[string]any{"operator": "alice", "note": "smaller",
 			"params": json.RawMessage(`{"toolCallRequest":{"toolId":"transfer_funds","inputs":{"amount":50,"to":"ACCT-1","memo":"capped"}}}`)},
-			status: holds.StatusModified, decision: rules.ActionModify, audit: storage.AuditHoldModified,
+			status: holds.StatusModified, decision: rules.ActionModify, audit: record.AuditHoldModified,
 			diff: `[{"op":"replace","path":"/toolCallRequest/inputs/amount","value":50,"old":5000},
 				{"op":"add","path":"/toolCallRequest/inputs/memo","value":"capped"}]`},
 	} {
@@ -89,14 +89,14 @@ func TestDecisionsOverHTTP(t *testing.T) {
 
 			// Audit: created, then the decision, with who, when, what and the note.
 			var audit struct {
-				Entries []storage.AuditEntry `json:"entries"`
-				Next    *int64               `json:"next"`
+				Entries []record.AuditEntry `json:"entries"`
+				Next    *int64              `json:"next"`
 			}
 			require.Equal(t, http.StatusOK, e.call("GET", "/api/audit?holdId="+h.ID, nil, &audit))
 			require.Len(t, audit.Entries, 2)
 			require.Nil(t, audit.Next)
 			decided, created := audit.Entries[0], audit.Entries[1]
-			require.Equal(t, storage.AuditHoldCreated, created.Type)
+			require.Equal(t, record.AuditHoldCreated, created.Type)
 			require.Equal(t, "hold", created.Decision)
 			require.Equal(t, "big-transfer", created.RuleID)
 			require.Equal(t, "s1", created.SessionID)
@@ -183,7 +183,7 @@ func TestHTTPValidation(t *testing.T) {
 	var one holds.Hold
 	require.Equal(t, http.StatusOK, e.call("GET", "/api/holds/"+h.ID, nil, &one))
 	require.Equal(t, holds.StatusPending, one.Status)
-	require.Len(t, e.audit(storage.AuditQuery{}), 1)
+	require.Len(t, e.audit(record.AuditQuery{}), 1)
 }
 
 func TestDoubleDecisionConflict(t *testing.T) {
@@ -207,7 +207,7 @@ func TestDoubleDecisionConflict(t *testing.T) {
 	}
 	r := receive(t, ch)
 	require.Equal(t, holds.StatusApproved, r.out.Status)
-	entries := e.audit(storage.AuditQuery{HoldID: h.ID})
+	entries := e.audit(record.AuditQuery{HoldID: h.ID})
 	require.Len(t, entries, 2, "the losing decisions are not audited")
 }
 
@@ -253,18 +253,18 @@ func TestAuditAPIFiltersAndPages(t *testing.T) {
 	require.NoError(t, e.m.SetControl(e.ctx, "s0", "pause", "op1", "watching"))
 
 	type page struct {
-		Entries []storage.AuditEntry `json:"entries"`
-		Next    *int64               `json:"next"`
+		Entries []record.AuditEntry `json:"entries"`
+		Next    *int64              `json:"next"`
 	}
 	var p page
 	require.Equal(t, http.StatusOK, e.call("GET", "/api/audit", nil, &p))
 	require.Len(t, p.Entries, 7)
-	require.Equal(t, storage.AuditSessionPause, p.Entries[0].Type)
+	require.Equal(t, record.AuditSessionPause, p.Entries[0].Type)
 
 	require.Equal(t, http.StatusOK, e.call("GET", "/api/audit?type=hold&operator=op0", nil, &p))
 	require.Len(t, p.Entries, 2)
 	for _, en := range p.Entries {
-		require.Equal(t, storage.AuditHoldDenied, en.Type)
+		require.Equal(t, record.AuditHoldDenied, en.Type)
 		require.Equal(t, "op0", en.Operator)
 	}
 	require.Equal(t, http.StatusOK, e.call("GET", "/api/audit?sessionId=s0&type=session", nil, &p))
@@ -302,10 +302,10 @@ func TestRememberOverHTTP(t *testing.T) {
 		env := rules.Env{Agent: rules.Agent{ID: req.AgentID}, Tool: req.Tool, Inputs: req.Inputs(), Now: e.clock.Now()}
 		return p.Evaluate(&env)
 	}
-	matches := func(v rules.Verdict) []storage.RuleMatch {
-		var out []storage.RuleMatch
+	matches := func(v rules.Verdict) []record.RuleMatch {
+		var out []record.RuleMatch
 		for _, m := range v.Matches {
-			out = append(out, storage.RuleMatch{RuleID: m.RuleID, Action: string(m.Action), Mode: string(m.Mode), ReasonCode: m.ReasonCode, Error: m.Error})
+			out = append(out, record.RuleMatch{RuleID: m.RuleID, Action: string(m.Action), Mode: string(m.Mode), ReasonCode: m.ReasonCode, Error: m.Error})
 		}
 		return out
 	}
@@ -330,7 +330,7 @@ func TestRememberOverHTTP(t *testing.T) {
 	require.True(t, holds.IsRemembered(rule.ID))
 	require.Equal(t, rules.ActionAllow, rule.Action)
 	require.Equal(t, start.Add(7*24*time.Hour), *rule.ExpiresAt)
-	entries := e.audit(storage.AuditQuery{Type: storage.AuditHoldApproved})
+	entries := e.audit(record.AuditQuery{Type: record.AuditHoldApproved})
 	require.Len(t, entries, 1)
 	require.JSONEq(t, fmt.Sprintf(`{"remember":{"ruleId":%q,"scope":"inputs","expiresAt":%q}}`,
 		rule.ID, start.Add(7*24*time.Hour).Format(time.RFC3339Nano)), string(entries[0].Detail))
@@ -425,8 +425,8 @@ func TestStepHoldOverHTTP(t *testing.T) {
 	require.Equal(t, "capped", got.Hold.Note)
 	require.True(t, got.Hold.DecidedAt.Equal(start.Add(10*time.Second)))
 	require.Len(t, got.Audit, 2)
-	require.Equal(t, storage.AuditHoldCreated, got.Audit[0].Type, "oldest first")
-	require.Equal(t, storage.AuditHoldModified, got.Audit[1].Type)
+	require.Equal(t, record.AuditHoldCreated, got.Audit[0].Type, "oldest first")
+	require.Equal(t, record.AuditHoldModified, got.Audit[1].Type)
 	require.JSONEq(t, `[{"op":"replace","path":"/toolCallRequest/inputs/amount","value":50,"old":5000}]`, string(got.Audit[1].Diff))
 
 	for _, bad := range []string{"0", "-3", "x"} {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // TestHoldsAndAuditAnswersAreByteBounded: the holds list and the audit log stop at the
@@ -20,7 +20,7 @@ func TestHoldsAndAuditAnswersAreByteBounded(t *testing.T) {
 	for i := range n {
 		e.held(e.ctx, toolRequest(fmt.Sprintf("s%02d", i), 1000+i))
 	}
-	e.rec.waitN(t, n, ofType(storage.EventHoldCreated))
+	e.rec.waitN(t, n, ofType(record.EventHoldCreated))
 
 	var list struct {
 		Holds []holds.Hold `json:"holds"`
@@ -38,8 +38,8 @@ func TestHoldsAndAuditAnswersAreByteBounded(t *testing.T) {
 	before, pages := int64(0), 0
 	for {
 		var page struct {
-			Entries []storage.AuditEntry `json:"entries"`
-			Next    *int64               `json:"next"`
+			Entries []record.AuditEntry `json:"entries"`
+			Next    *int64              `json:"next"`
 		}
 		require.Equal(t, http.StatusOK, e.call("GET", fmt.Sprintf("/api/audit?limit=100000&before=%d", before), nil, &page))
 		pages++
@@ -53,5 +53,5 @@ func TestHoldsAndAuditAnswersAreByteBounded(t *testing.T) {
 		before = *page.Next
 	}
 	require.Greater(t, pages, 1)
-	require.Len(t, seen, len(e.audit(storage.AuditQuery{Limit: 1000})))
+	require.Len(t, seen, len(e.audit(record.AuditQuery{Limit: 1000})))
 }

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Remembered approvals are ordinary allow rules, recognisable by their id prefix.
@@ -52,7 +52,7 @@ func IsRemembered(ruleID string) bool { return strings.HasPrefix(ruleID, Remembe
 // rememberedMatch returns the first enforced, error-free allow match of a remembered
 // approval: such a rule lets a held step through, since by the rules' combination an allow
 // never outranks a hold on its own.
-func rememberedMatch(matches []storage.RuleMatch) (string, bool) {
+func rememberedMatch(matches []record.RuleMatch) (string, bool) {
 	for _, m := range matches {
 		if IsRemembered(m.RuleID) && m.Action == string(rules.ActionAllow) && m.Error == "" &&
 			(m.Mode == string(rules.ModeEnforce) || m.Mode == "") {

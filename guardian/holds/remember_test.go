@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 var rememberNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -171,15 +171,15 @@ func TestSlug(t *testing.T) {
 func TestRememberedMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		matches []storage.RuleMatch
+		matches []record.RuleMatch
 		want    string
 	}{
 		{"none", nil, ""},
-		{"enforced allow", []storage.RuleMatch{{RuleID: "big", Action: "hold", Mode: "enforce"}, {RuleID: "remember-a-t-1", Action: "allow", Mode: "enforce"}}, "remember-a-t-1"},
-		{"monitor", []storage.RuleMatch{{RuleID: "remember-a-t-1", Action: "allow", Mode: "monitor"}}, ""},
-		{"errored", []storage.RuleMatch{{RuleID: "remember-a-t-1", Action: "allow", Mode: "enforce", Error: "boom"}}, ""},
-		{"error policy deny", []storage.RuleMatch{{RuleID: "remember-a-t-1", Action: "deny", Mode: "enforce"}}, ""},
-		{"other allow", []storage.RuleMatch{{RuleID: "allow-all", Action: "allow", Mode: "enforce"}}, ""},
+		{"enforced allow", []record.RuleMatch{{RuleID: "big", Action: "hold", Mode: "enforce"}, {RuleID: "remember-a-t-1", Action: "allow", Mode: "enforce"}}, "remember-a-t-1"},
+		{"monitor", []record.RuleMatch{{RuleID: "remember-a-t-1", Action: "allow", Mode: "monitor"}}, ""},
+		{"errored", []record.RuleMatch{{RuleID: "remember-a-t-1", Action: "allow", Mode: "enforce", Error: "boom"}}, ""},
+		{"error policy deny", []record.RuleMatch{{RuleID: "remember-a-t-1", Action: "deny", Mode: "enforce"}}, ""},
+		{"other allow", []record.RuleMatch{{RuleID: "allow-all", Action: "allow", Mode: "enforce"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := rememberedMatch(tc.matches)

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // synthSource is an event log whose event n is a pure function of n, so a benchmark can
@@ -22,8 +21,8 @@ type synthSource struct {
 	payload   json.RawMessage
 }
 
-func (s *synthSource) event(seq int64) storage.Event {
-	return storage.Event{
+func (s *synthSource) event(seq int64) record.Event {
+	return record.Event{
 		Seq:       seq,
 		Type:      "step",
 		SessionID: "bench-session",
@@ -32,12 +31,12 @@ func (s *synthSource) event(seq int64) storage.Event {
 	}
 }
 
-func (s *synthSource) commit() storage.Event { return s.event(s.committed.Add(1)) }
+func (s *synthSource) commit() record.Event { return s.event(s.committed.Add(1)) }
 
-func (s *synthSource) EventsPage(_ context.Context, after int64, p storage.EventPage) ([]storage.Event, error) {
+func (s *synthSource) EventsPage(_ context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	end := min(s.committed.Load(), after+int64(p.Limit))
 	var (
-		evs  []storage.Event
+		evs  []record.Event
 		size int
 	)
 	for seq := after + 1; seq <= end; seq++ {

@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // ServeHTTP upgrades GET /api/live?after=SEQ&session=ID to a websocket and streams events.
@@ -315,7 +315,7 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 		}
 		for i, ev := range evs {
 			// What is written need not stay: a write to a stalled client may wait long.
-			evs[i] = storage.Event{}
+			evs[i] = record.Event{}
 			if ev.Seq <= last {
 				continue
 			}

@@ -15,8 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
-
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // testTimeout bounds every wait in these tests; nothing should come near it.
@@ -26,15 +25,15 @@ const testTimeout = 15 * time.Second
 // event with the next seq, and EventsPage sees everything committed.
 type memStore struct {
 	mu     sync.Mutex
-	events []storage.Event // ascending seq
+	events []record.Event // ascending seq
 	// hook, when set, runs at the start of EventsPage, outside the lock, so a test can hold
 	// a reader at a chosen point.
-	hook func(after int64, p storage.EventPage)
+	hook func(after int64, p record.EventPage)
 	// err, when set, fails reads.
 	err error
 }
 
-func (s *memStore) add(typ, session, payload string) storage.Event {
+func (s *memStore) add(typ, session, payload string) record.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq := int64(1)
@@ -45,8 +44,8 @@ func (s *memStore) add(typ, session, payload string) storage.Event {
 }
 
 // put stores an event with a given seq; callers keep seqs ascending. s.mu must be held.
-func (s *memStore) put(seq int64, typ, session, payload string) storage.Event {
-	ev := storage.Event{
+func (s *memStore) put(seq int64, typ, session, payload string) record.Event {
+	ev := record.Event{
 		Seq:       seq,
 		Type:      typ,
 		SessionID: session,
@@ -57,7 +56,7 @@ func (s *memStore) put(seq int64, typ, session, payload string) storage.Event {
 	return ev
 }
 
-func (s *memStore) setHook(f func(after int64, p storage.EventPage)) {
+func (s *memStore) setHook(f func(after int64, p record.EventPage)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hook = f
@@ -65,7 +64,7 @@ func (s *memStore) setHook(f func(after int64, p storage.EventPage)) {
 
 // EventsPage pages like storage.DB.EventsPage, bytes counted as payload lengths; it does
 // not truncate steps.
-func (s *memStore) EventsPage(ctx context.Context, after int64, p storage.EventPage) ([]storage.Event, error) {
+func (s *memStore) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	s.mu.Lock()
 	hook := s.hook
 	s.mu.Unlock()
@@ -157,15 +156,15 @@ func (e *testEnv) dialStatus(t *testing.T, query string, header http.Header) (in
 	return resp.StatusCode, body.Error.Code
 }
 
-func readEvent(t testing.TB, conn *websocket.Conn) storage.Event {
+func readEvent(t testing.TB, conn *websocket.Conn) record.Event {
 	t.Helper()
 	ev, err := tryReadEvent(conn)
 	require.NoError(t, err)
 	return ev
 }
 
-func tryReadEvent(conn *websocket.Conn) (storage.Event, error) {
-	var ev storage.Event
+func tryReadEvent(conn *websocket.Conn) (record.Event, error) {
+	var ev record.Event
 	if err := conn.SetReadDeadline(time.Now().Add(testTimeout)); err != nil {
 		return ev, err
 	}

@@ -30,14 +30,14 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Source is the event log the hub replays from: the store.
 type Source interface {
 	// EventsPage returns events with seq > after in seq order, at most p.Limit and about
 	// p.MaxBytes of payload (at least one event), steps over p.MaxStepBulk truncated.
-	EventsPage(ctx context.Context, after int64, p storage.EventPage) ([]storage.Event, error)
+	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)
 }
 
 // Options configure a Hub. Zero values take the defaults noted per field.
@@ -158,7 +158,7 @@ type frame struct {
 	data    []byte
 	// rec, for a step published by PublishStep, is encoded into data when a client first
 	// needs it: with no console connected, nothing is encoded at all.
-	rec *storage.StepRecord
+	rec *record.StepRecord
 }
 
 // client is one connection as the hub sees it. The hub goroutine owns the set; the
@@ -291,7 +291,7 @@ func NewHub(opts Options) *Hub {
 // committed; calls may come from many goroutines and out of seq order. ev.Payload must be
 // valid JSON (it is sent as is). Events with seq 0 (stats) are live only and may be lost
 // under overload.
-func (h *Hub) Publish(ev storage.Event) {
+func (h *Hub) Publish(ev record.Event) {
 	if h.isStopping() {
 		return
 	}
@@ -303,7 +303,7 @@ func (h *Hub) Publish(ev storage.Event) {
 // PublishStep publishes a stored step's event, its payload the record. The record is
 // encoded only if a client is there to receive it, so rec must not change after the call.
 // Like Publish, it never blocks.
-func (h *Hub) PublishStep(rec *storage.StepRecord) {
+func (h *Hub) PublishStep(rec *record.StepRecord) {
 	if h.isStopping() {
 		return
 	}
@@ -339,7 +339,7 @@ func (h *Hub) send(f frame) {
 
 // PublishStats publishes a "stats" tick (seq 0, not stored, not replayed).
 func (h *Hub) PublishStats(payload json.RawMessage) {
-	h.Publish(storage.Event{Type: "stats", At: time.Now().UTC(), Payload: payload})
+	h.Publish(record.Event{Type: "stats", At: time.Now().UTC(), Payload: payload})
 }
 
 // Clients returns the number of connected clients.
@@ -360,8 +360,8 @@ func (h *Hub) Counters() Counters {
 
 // page is a store read of at most events events and about bytes bytes, with steps
 // truncated as the frames they become.
-func (h *Hub) page(events, bytes int) storage.EventPage {
-	return storage.EventPage{Limit: events, MaxBytes: bytes, MaxStepBulk: max(h.opts.MaxStepBytes, 0)}
+func (h *Hub) page(events, bytes int) record.EventPage {
+	return record.EventPage{Limit: events, MaxBytes: bytes, MaxStepBulk: max(h.opts.MaxStepBytes, 0)}
 }
 
 // Run owns the client set and delivers published events until ctx is done. Then it closes
@@ -636,7 +636,7 @@ func mapKeys(m map[int64]frame) []int64 {
 func storeHead(ctx context.Context, src Source) (int64, error) {
 	next := func(x int64) (int64, bool, error) {
 		// One event, its payload unread where it can be: only its seq matters.
-		evs, err := src.EventsPage(ctx, x, storage.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
+		evs, err := src.EventsPage(ctx, x, record.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
 		if err != nil || len(evs) == 0 {
 			return 0, false, err
 		}
@@ -680,6 +680,6 @@ func storeHead(ctx context.Context, src Source) (int64, error) {
 
 type emptySource struct{}
 
-func (emptySource) EventsPage(context.Context, int64, storage.EventPage) ([]storage.Event, error) {
+func (emptySource) EventsPage(context.Context, int64, record.EventPage) ([]record.Event, error) {
 	return nil, nil
 }

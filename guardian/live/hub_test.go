@@ -13,8 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
-
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Concurrent committers publish out of seq order; every client still sees 1..n in order.
@@ -66,8 +65,8 @@ func TestFrameFormat(t *testing.T) {
 func TestPublishStep(t *testing.T) {
 	st := &memStore{}
 	e := start(t, Options{Source: st})
-	rec := &storage.StepRecord{SessionID: "s9", Method: "steps/message", Kind: "message", Decision: "deny",
-		Request: json.RawMessage(`{"id":1}`), Response: json.RawMessage(`{"result":{}}`), MatchedRules: []storage.RuleMatch{}}
+	rec := &record.StepRecord{SessionID: "s9", Method: "steps/message", Kind: "message", Decision: "deny",
+		Request: json.RawMessage(`{"id":1}`), Response: json.RawMessage(`{"result":{}}`), MatchedRules: []record.RuleMatch{}}
 	payload, err := json.Marshal(rec)
 	require.NoError(t, err)
 	unseen := st.add("step", "s9", string(payload))
@@ -103,7 +102,7 @@ func TestResumeAfterWhileLiveEventsArrive(t *testing.T) {
 	}
 	replayStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(after int64, p storage.EventPage) {
+	st.setHook(func(after int64, p record.EventPage) {
 		if after == n && p.Limit == replayPage {
 			once.Do(func() { close(replayStarted) })
 			<-release
@@ -174,7 +173,7 @@ func TestStartPosition(t *testing.T) {
 func TestSessionFilter(t *testing.T) {
 	st := &memStore{}
 	var want []int64
-	add := func(session string) storage.Event {
+	add := func(session string) record.Event {
 		typ := "step"
 		if session == "" {
 			typ = "rule.changed"
@@ -289,7 +288,7 @@ func TestPublishNeverBlocksWithStuckClient(t *testing.T) {
 	e.dial(t, "", nil) // never reads
 
 	payload := `{"blob":"` + strings.Repeat("x", 4096) + `"}`
-	evs := make([]storage.Event, 10000)
+	evs := make([]record.Event, 10000)
 	for i := range evs {
 		evs[i] = st.add("step", "s1", payload)
 	}
@@ -315,7 +314,7 @@ func TestDroppedPublishesRecoveredFromStore(t *testing.T) {
 	st := &memStore{}
 	fillStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(_ int64, p storage.EventPage) {
+	st.setHook(func(_ int64, p record.EventPage) {
 		if p.Limit == fillPage {
 			once.Do(func() { close(fillStarted) })
 			<-release
@@ -365,7 +364,7 @@ func TestUnrecoverableDropResyncsClients(t *testing.T) {
 	st := &memStore{}
 	fillStarted, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	st.setHook(func(_ int64, p storage.EventPage) {
+	st.setHook(func(_ int64, p record.EventPage) {
 		if p.Limit == fillPage {
 			once.Do(func() { close(fillStarted) })
 			<-release
@@ -382,7 +381,7 @@ func TestUnrecoverableDropResyncsClients(t *testing.T) {
 		t.Fatal("the hub did not read the store to fill seq 1")
 	}
 	for seq := int64(3); seq <= 50; seq++ { // never stored
-		e.hub.Publish(storage.Event{Seq: seq, Type: "step", SessionID: "s1", Payload: json.RawMessage(`{}`)})
+		e.hub.Publish(record.Event{Seq: seq, Type: "step", SessionID: "s1", Payload: json.RawMessage(`{}`)})
 	}
 	close(release)
 
@@ -409,7 +408,7 @@ func TestStoreErrors(t *testing.T) {
 	code, _ := closeCode(t, replaying)
 	require.Equal(t, websocket.CloseInternalServerErr, code)
 
-	e.hub.Publish(storage.Event{Seq: 2, Type: "step", Payload: json.RawMessage(`{}`)}) // 1 is missing
+	e.hub.Publish(record.Event{Seq: 2, Type: "step", Payload: json.RawMessage(`{}`)}) // 1 is missing
 	code, _ = closeCode(t, live)
 	require.Equal(t, websocket.CloseTryAgainLater, code)
 }
@@ -509,7 +508,7 @@ func TestShutdownClosesClients(t *testing.T) {
 	status, code := e.dialStatus(t, "", nil)
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Equal(t, "unavailable", code)
-	e.hub.Publish(storage.Event{Seq: 1, Type: "step"}) // a no-op after shutdown
+	e.hub.Publish(record.Event{Seq: 1, Type: "step"}) // a no-op after shutdown
 }
 
 func TestClientsCount(t *testing.T) {
@@ -596,7 +595,7 @@ func TestStoreHead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &memStore{}
 			calls := 0
-			st.hook = func(int64, storage.EventPage) { calls++ }
+			st.hook = func(int64, record.EventPage) { calls++ }
 			for _, s := range tt.seqs {
 				st.put(s, "step", "", `{}`)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // allocSource is a log of n step events of size bytes each that, like a real store,
@@ -24,16 +24,16 @@ type allocSource struct {
 	n, size int
 
 	mu    sync.Mutex
-	pages []storage.EventPage
+	pages []record.EventPage
 	bytes int // payload bytes returned
 }
 
-func (s *allocSource) EventsPage(ctx context.Context, after int64, p storage.EventPage) ([]storage.Event, error) {
+func (s *allocSource) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var (
-		evs  []storage.Event
+		evs  []record.Event
 		size int
 	)
 	for seq := after + 1; seq <= int64(s.n) && len(evs) < p.Limit; seq++ {
@@ -46,7 +46,7 @@ func (s *allocSource) EventsPage(ctx context.Context, after int64, p storage.Eve
 			payload[i] = 'x'
 		}
 		copy(payload[s.size-2:], `"}`)
-		evs = append(evs, storage.Event{Seq: seq, Type: storage.EventStep, SessionID: "s1",
+		evs = append(evs, record.Event{Seq: seq, Type: record.EventStep, SessionID: "s1",
 			At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Payload: payload})
 		size += s.size
 	}
@@ -57,10 +57,10 @@ func (s *allocSource) EventsPage(ctx context.Context, after int64, p storage.Eve
 	return evs, nil
 }
 
-func (s *allocSource) read() (pages []storage.EventPage, bytes int) {
+func (s *allocSource) read() (pages []record.EventPage, bytes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]storage.EventPage(nil), s.pages...), s.bytes
+	return append([]record.EventPage(nil), s.pages...), s.bytes
 }
 
 // stalledDial connects a client that never reads, with a small receive buffer, so the
@@ -174,7 +174,7 @@ func TestBigStepsTruncatedLive(t *testing.T) {
 	st := &memStore{}
 	e := start(t, Options{Source: st, MaxStepBytes: 1024})
 	conn := e.dial(t, "", nil)
-	small := &storage.StepRecord{Seq: 1, SessionID: "s1", Method: "steps/message", Decision: "allow",
+	small := &record.StepRecord{Seq: 1, SessionID: "s1", Method: "steps/message", Decision: "allow",
 		Request: json.RawMessage(`{"id":1}`), Response: json.RawMessage(`{"result":{}}`), Text: "hi"}
 	big := *small
 	big.Seq = 2
@@ -184,12 +184,12 @@ func TestBigStepsTruncatedLive(t *testing.T) {
 	e.hub.PublishStep(small)
 	e.hub.PublishStep(&big)
 
-	var got storage.StepRecord
+	var got record.StepRecord
 	require.NoError(t, json.Unmarshal(readEvent(t, conn).Payload, &got))
 	require.False(t, got.Truncated)
 	require.JSONEq(t, `{"id":1}`, string(got.Request))
 
-	got = storage.StepRecord{}
+	got = record.StepRecord{}
 	require.NoError(t, json.Unmarshal(readEvent(t, conn).Payload, &got))
 	require.True(t, got.Truncated)
 	require.Equal(t, "null", string(got.Request))

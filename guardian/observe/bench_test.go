@@ -19,7 +19,8 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/observe/metrics"
 	"github.com/vigil-guardian/vigil/guardian/observe/traces"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // BenchmarkAOSEndpointBare is guardian.BenchmarkAOSEndpoint (the whole /aos path through
@@ -60,7 +61,7 @@ func BenchmarkAOSEndpointObserved(b *testing.B) {
 func benchAOS(b *testing.B, pub guardian.Publisher) {
 	body, err := os.ReadFile(filepath.Join("..", "aos", "testdata", "toolCallRequest.json"))
 	require.NoError(b, err)
-	db, err := storage.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
 	require.NoError(b, err)
 	defer db.Close()
 	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Publisher: pub})
@@ -109,7 +110,7 @@ func BenchmarkPublishStepServe(b *testing.B) {
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	rec := &storage.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow", LatencyMicros: 150,
+	rec := &record.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow", LatencyMicros: 150,
 		Request: make([]byte, 4096)}
 	b.ReportAllocs()
 	for b.Loop() {

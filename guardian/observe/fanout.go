@@ -18,27 +18,27 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Publisher is what the guardian publishes committed events to (live.Hub implements it).
 type Publisher interface {
-	Publish(ev storage.Event)
-	PublishStep(rec *storage.StepRecord)
+	Publish(ev record.Event)
+	PublishStep(rec *record.StepRecord)
 }
 
 // Item is one committed event: a stored step (Step set; its Event is zero) or another
 // event (Step nil). A step record is shared by every consumer and must not be changed.
 type Item struct {
-	Step  *storage.StepRecord
-	Event storage.Event
+	Step  *record.StepRecord
+	Event record.Event
 }
 
 // Inline consumes events in the publisher's goroutine. Its methods must return quickly and
 // never block: they run on every step's path to its answer.
 type Inline interface {
-	Step(rec *storage.StepRecord)
-	Event(ev storage.Event)
+	Step(rec *record.StepRecord)
+	Event(ev record.Event)
 }
 
 // Consumer is a queued consumer.
@@ -48,7 +48,7 @@ type Consumer struct {
 	// Steps says whether stored steps are wanted; StepFilter, when set, narrows them
 	// (evaluated in the publisher's goroutine, so it must be cheap).
 	Steps      bool
-	StepFilter func(rec *storage.StepRecord) bool
+	StepFilter func(rec *record.StepRecord) bool
 	// Events are the non-step event types wanted (storage.EventHoldCreated, …).
 	Events []string
 	// Queue bounds the events waiting for Handle (default 4096), QueueBytes their size
@@ -138,7 +138,7 @@ func New(next Publisher, inline []Inline, consumers []Consumer, log *slog.Logger
 }
 
 // PublishStep passes a stored step on. rec must not change after the call.
-func (f *Fanout) PublishStep(rec *storage.StepRecord) {
+func (f *Fanout) PublishStep(rec *record.StepRecord) {
 	if f.next != nil {
 		f.next.PublishStep(rec)
 	}
@@ -158,7 +158,7 @@ func (f *Fanout) PublishStep(rec *storage.StepRecord) {
 
 // Publish passes a committed event on. Like live.Hub.Publish it leaves ev.Payload to the
 // caller: queued consumers get their own copy.
-func (f *Fanout) Publish(ev storage.Event) {
+func (f *Fanout) Publish(ev record.Event) {
 	if f.next != nil {
 		f.next.Publish(ev)
 	}

@@ -10,29 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/observe"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 type recorder struct {
 	mu     sync.Mutex
-	steps  []*storage.StepRecord
-	events []storage.Event
+	steps  []*record.StepRecord
+	events []record.Event
 }
 
-func (r *recorder) Publish(ev storage.Event) {
+func (r *recorder) Publish(ev record.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
 }
 
-func (r *recorder) PublishStep(rec *storage.StepRecord) {
+func (r *recorder) PublishStep(rec *record.StepRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.steps = append(r.steps, rec)
 }
 
-func (r *recorder) Step(rec *storage.StepRecord) { r.PublishStep(rec) }
-func (r *recorder) Event(ev storage.Event)       { r.Publish(ev) }
+func (r *recorder) Step(rec *record.StepRecord) { r.PublishStep(rec) }
+func (r *recorder) Event(ev record.Event)       { r.Publish(ev) }
 
 func run(t *testing.T, f *observe.Fanout) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -47,23 +47,23 @@ func TestFanoutPassesEverythingOn(t *testing.T) {
 	f := observe.New(next, []observe.Inline{inline}, []observe.Consumer{{
 		Name:       "c",
 		Steps:      true,
-		StepFilter: func(rec *storage.StepRecord) bool { return rec.Decision == "deny" },
-		Events:     []string{storage.EventHoldCreated},
+		StepFilter: func(rec *record.StepRecord) bool { return rec.Decision == "deny" },
+		Events:     []string{record.EventHoldCreated},
 		Handle:     func(_ context.Context, it observe.Item) { got <- it },
 	}}, nil)
 	run(t, f)
 
-	allow := &storage.StepRecord{Seq: 1, Decision: "allow"}
-	deny := &storage.StepRecord{Seq: 2, Decision: "deny"}
+	allow := &record.StepRecord{Seq: 1, Decision: "allow"}
+	deny := &record.StepRecord{Seq: 2, Decision: "deny"}
 	f.PublishStep(allow)
 	f.PublishStep(deny)
 	payload := []byte(`{"id":"h_1"}`)
-	f.Publish(storage.Event{Seq: 3, Type: storage.EventHoldCreated, Payload: payload})
-	f.Publish(storage.Event{Seq: 4, Type: "audit", Payload: json.RawMessage(`{}`)})
+	f.Publish(record.Event{Seq: 3, Type: record.EventHoldCreated, Payload: payload})
+	f.Publish(record.Event{Seq: 4, Type: "audit", Payload: json.RawMessage(`{}`)})
 	// The publisher may reuse its buffer once Publish returns.
 	copy(payload, `{"id":"XXX"}`)
 
-	require.Equal(t, []*storage.StepRecord{allow, deny}, next.steps)
+	require.Equal(t, []*record.StepRecord{allow, deny}, next.steps)
 	require.Len(t, next.events, 2)
 	require.Equal(t, next.steps, inline.steps)
 	require.Len(t, inline.events, 2)
@@ -103,10 +103,10 @@ func TestFanoutNeverBlocks(t *testing.T) {
 	}, nil)
 	run(t, f)
 
-	f.PublishStep(&storage.StepRecord{Seq: 1})
+	f.PublishStep(&record.StepRecord{Seq: 1})
 	<-entered // the slow consumer holds the first step; its queue takes two more
 	for i := range 10 {
-		f.PublishStep(&storage.StepRecord{Seq: int64(i + 2)})
+		f.PublishStep(&record.StepRecord{Seq: int64(i + 2)})
 	}
 	for range 11 {
 		select {
@@ -129,8 +129,8 @@ func TestFanoutSurvivesAPanickingConsumer(t *testing.T) {
 		got <- it.Step.Seq
 	}}}, nil)
 	run(t, f)
-	f.PublishStep(&storage.StepRecord{Seq: 1})
-	f.PublishStep(&storage.StepRecord{Seq: 2})
+	f.PublishStep(&record.StepRecord{Seq: 1})
+	f.PublishStep(&record.StepRecord{Seq: 2})
 	require.EqualValues(t, 2, <-got)
 }
 
@@ -139,14 +139,14 @@ func TestFanoutSurvivesAPanickingConsumer(t *testing.T) {
 func BenchmarkPublishStep(b *testing.B) {
 	f := observe.New(nil, nil, []observe.Consumer{
 		{Name: "all", Steps: true, Queue: 1 << 16, Handle: func(context.Context, observe.Item) {}},
-		{Name: "denies", Steps: true, StepFilter: func(rec *storage.StepRecord) bool { return rec.Decision == "deny" },
+		{Name: "denies", Steps: true, StepFilter: func(rec *record.StepRecord) bool { return rec.Decision == "deny" },
 			Handle: func(context.Context, observe.Item) {}},
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	rec := &storage.StepRecord{Decision: "allow"}
+	rec := &record.StepRecord{Decision: "allow"}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -174,11 +174,11 @@ func TestFanoutBoundsBytes(t *testing.T) {
 		}}}, nil)
 	run(t, f)
 	big := make([]byte, 1000)
-	f.PublishStep(&storage.StepRecord{Request: big})
+	f.PublishStep(&record.StepRecord{Request: big})
 	<-entered // in hand: still counted until handled
-	f.PublishStep(&storage.StepRecord{Request: big})
-	f.Publish(storage.Event{Type: "e", Payload: big})
-	f.PublishStep(&storage.StepRecord{Request: big})
-	f.Publish(storage.Event{Type: "e", Payload: big})
+	f.PublishStep(&record.StepRecord{Request: big})
+	f.Publish(record.Event{Type: "e", Payload: big})
+	f.PublishStep(&record.StepRecord{Request: big})
+	f.Publish(record.Event{Type: "e", Payload: big})
 	require.Equal(t, observe.ConsumerStats{Name: "slow", Queued: 1, Handled: 1, Dropped: 3}, f.Stats()[0])
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 func TestCRUDVersionsRestore(t *testing.T) {
@@ -88,7 +88,7 @@ func TestCRUDVersionsRestore(t *testing.T) {
 
 	// Deleted rules keep their history, and a restore brings them back.
 	var vs struct {
-		Versions []storage.RuleVersion `json:"versions"`
+		Versions []record.RuleVersion `json:"versions"`
 	}
 	f.call("GET", "/api/rules/no-email/versions", nil, http.StatusOK, &vs)
 	require.Len(t, vs.Versions, 4)
@@ -99,7 +99,7 @@ func TestCRUDVersionsRestore(t *testing.T) {
 	}
 	require.Equal(t, []string{"delete", "restore", "update", "create"}, ops)
 
-	var v2 storage.RuleVersion
+	var v2 record.RuleVersion
 	f.call("GET", "/api/rules/no-email/versions/2", nil, http.StatusOK, &v2)
 	require.Equal(t, `tool == "send_mail"`, v2.Rule.When)
 	f.call("GET", "/api/rules/no-email/versions/9", nil, http.StatusNotFound, &e)
@@ -151,7 +151,7 @@ func TestInvalidRuleIsRefused(t *testing.T) {
 	// Neither the engine nor the store changed, and nothing was published.
 	require.Equal(t, before, f.svc.Engine().Rules())
 	_, err := f.db.RuleVersions(context.Background(), "bad")
-	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 	got, err := f.db.GetRule(context.Background(), "keep")
 	require.NoError(t, err)
 	require.Equal(t, 1, got.Version)
@@ -241,10 +241,10 @@ func TestRuleChangedEvents(t *testing.T) {
 	allStored, err := f.db.EventsAfter(ctx, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, allStored, len(all))
-	var pub, stored, audits []storage.Event
+	var pub, stored, audits []record.Event
 	for i, ev := range all {
 		require.Equal(t, allStored[i].Seq, ev.Seq, "published with the stored seq")
-		if ev.Type == storage.EventAudit {
+		if ev.Type == record.EventAudit {
 			audits = append(audits, ev)
 			continue
 		}
@@ -262,26 +262,26 @@ func TestRuleChangedEvents(t *testing.T) {
 	}
 	require.Len(t, audits, len(wantAudit))
 	for i, ev := range audits {
-		var e storage.AuditEntry
+		var e record.AuditEntry
 		require.NoError(t, json.Unmarshal(ev.Payload, &e))
 		require.Equal(t, wantAudit[i].typ, e.Type)
 		require.Equal(t, "dana", e.Operator)
 		require.JSONEq(t, wantAudit[i].diff, string(e.Diff), e.Type)
 		require.Greater(t, ev.Seq, pub[i].Seq)
 	}
-	entries, err := f.db.ListAudit(ctx, storage.AuditQuery{Type: "rule"})
+	entries, err := f.db.ListAudit(ctx, record.AuditQuery{Type: "rule"})
 	require.NoError(t, err)
 	require.Len(t, entries, 5)
 
 	wantOps := []string{"create", "disable", "delete", "restore", "reload"}
 	for i, ev := range pub {
-		require.Equal(t, storage.EventRuleChanged, ev.Type)
+		require.Equal(t, record.EventRuleChanged, ev.Type)
 		require.Equal(t, stored[i].Seq, ev.Seq, "published with the stored seq")
 		require.JSONEq(t, string(stored[i].Payload), string(ev.Payload))
 		if i > 0 {
 			require.Greater(t, ev.Seq, pub[i-1].Seq)
 		}
-		var p storage.RuleChangedPayload
+		var p record.RuleChangedPayload
 		require.NoError(t, json.Unmarshal(ev.Payload, &p))
 		require.Equal(t, wantOps[i], p.Op)
 		switch p.Op {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // hostile is the red-team rule: seconds of toJSON over a 100 KB step.
@@ -60,7 +60,7 @@ func TestDraftRunsStopWithTheirContext(t *testing.T) {
 			p["stop"] = cancelOnJSON(cancel)
 			return &rules.Env{Method: method, Params: p}, nil
 		}
-		o.EnvForStep = func(ctx context.Context, rec storage.StepRecord, h []storage.StepRecord) (*rules.Env, error) {
+		o.EnvForStep = func(ctx context.Context, rec record.StepRecord, h []record.StepRecord) (*rules.Env, error) {
 			if built.Add(1) == 2 {
 				cancel()
 			}

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Diff compares two versions of one rule.
@@ -60,7 +60,7 @@ func (s *Service) DiffVersions(ctx context.Context, id string, from, to int) (Di
 	return diffRules(id, a, b)
 }
 
-func diffRules(id string, a, b storage.RuleVersion) (Diff, error) {
+func diffRules(id string, a, b record.RuleVersion) (Diff, error) {
 	fa, err := fieldsOf(a.Rule)
 	if err != nil {
 		return Diff{}, err

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Backtest limits.
@@ -111,9 +111,9 @@ type TestResult struct {
 
 // StoredDecision is what a stored step was decided when it arrived.
 type StoredDecision struct {
-	Decision     string              `json:"decision"`
-	Held         bool                `json:"held,omitempty"`
-	MatchedRules []storage.RuleMatch `json:"matchedRules"`
+	Decision     string             `json:"decision"`
+	Held         bool               `json:"held,omitempty"`
+	MatchedRules []record.RuleMatch `json:"matchedRules"`
 }
 
 // Test evaluates draft rules against one step.
@@ -193,7 +193,7 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 	return out, nil
 }
 
-func (s *Service) envForStep(ctx context.Context, rec storage.StepRecord, hist []storage.StepRecord) (*rules.Env, error) {
+func (s *Service) envForStep(ctx context.Context, rec record.StepRecord, hist []record.StepRecord) (*rules.Env, error) {
 	if s.opts.EnvForStep == nil {
 		return nil, errors.New("rulesapi: replaying stored steps is not configured")
 	}
@@ -212,7 +212,7 @@ func (s *Service) envForStep(ctx context.Context, rec storage.StepRecord, hist [
 }
 
 // requestParams extracts the method and params of a stored JSON-RPC request.
-func requestParams(rec storage.StepRecord) (string, json.RawMessage) {
+func requestParams(rec record.StepRecord) (string, json.RawMessage) {
 	var req struct {
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
@@ -318,7 +318,7 @@ type OutsideExample struct {
 
 // storedRuleID is the deciding rule a stored step's response names (result.data.ruleId);
 // "" for a notification or a default decision.
-func storedRuleID(rec storage.StepRecord) string {
+func storedRuleID(rec record.StepRecord) string {
 	var resp struct {
 		Result struct {
 			Data struct {
@@ -331,9 +331,9 @@ func storedRuleID(rec storage.StepRecord) string {
 }
 
 // outsideReason explains why a stored decision differs from the current rules' baseline.
-func outsideReason(rec storage.StepRecord, ruleID, baseline string) string {
+func outsideReason(rec record.StepRecord, ruleID, baseline string) string {
 	matched := func(id string) bool {
-		return slices.ContainsFunc(rec.MatchedRules, func(m storage.RuleMatch) bool { return m.RuleID == id })
+		return slices.ContainsFunc(rec.MatchedRules, func(m record.RuleMatch) bool { return m.RuleID == id })
 	}
 	switch {
 	case ruleID == holds.BlockRuleID || matched(holds.BlockRuleID):
@@ -395,7 +395,7 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 	if len(steps) > 0 {
 		res.FromSeq, res.ToSeq = steps[0].Seq, steps[len(steps)-1].Seq
 	}
-	history := map[string][]storage.StepRecord{}
+	history := map[string][]record.StepRecord{}
 	var evalTime time.Duration
 	for _, rec := range steps {
 		if err := ctx.Err(); err != nil {
@@ -460,7 +460,7 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 }
 
 // outside counts a step whose stored decision differs from the baseline.
-func (res *BacktestResult) outside(rec storage.StepRecord, baseline string) {
+func (res *BacktestResult) outside(rec record.StepRecord, baseline string) {
 	ruleID := storedRuleID(rec)
 	reason := outsideReason(rec, ruleID, baseline)
 	o := &res.OutsideRules

@@ -8,14 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // seedSteps stores a small history over two sessions and returns the records in order.
-func seedSteps(t *testing.T, db *storage.DB) []storage.StepRecord {
+func seedSteps(t *testing.T, db *sqlite.DB) []record.StepRecord {
 	t.Helper()
-	return []storage.StepRecord{
+	return []record.StepRecord{
 		saveStep(t, db, "s1", "send_email", "allow", false), // 0
 		saveStep(t, db, "s1", "read_file", "allow", false),  // 1
 		saveStep(t, db, "s1", "send_email", "allow", false), // 2
@@ -104,7 +105,7 @@ func TestBacktestCountsUndecodableSteps(t *testing.T) {
 	f := newFixture(t)
 	seedSteps(t, f.db)
 	// params that are not an object: the fake env builder refuses them.
-	rec := storage.StepRecord{SessionID: "s3", Method: "steps/toolCallRequest", Decision: "allow",
+	rec := record.StepRecord{SessionID: "s3", Method: "steps/toolCallRequest", Decision: "allow",
 		Request: json.RawMessage(`{"method":"steps/toolCallRequest","params":[1,2]}`)}
 	require.NoError(t, f.db.SaveStep(context.Background(), &rec))
 	var res BacktestResult
@@ -157,7 +158,7 @@ func TestTestEndpoint(t *testing.T) {
 	f.call("POST", "/api/rules/test", map[string]any{"rules": busy, "seq": steps[2].Seq}, http.StatusOK, &res)
 	require.Equal(t, rules.ActionHold, res.Decision)
 	require.NotNil(t, res.Hold)
-	require.Equal(t, &StoredDecision{Decision: "allow", MatchedRules: []storage.RuleMatch{}}, res.Stored)
+	require.Equal(t, &StoredDecision{Decision: "allow", MatchedRules: []record.RuleMatch{}}, res.Stored)
 
 	var e apiErr
 	for _, body := range []map[string]any{
@@ -177,7 +178,7 @@ func TestTestEndpoint(t *testing.T) {
 
 // storeDecided stores a tool call decided as the guardian records it: the deciding rule in
 // the response's data.ruleId, the rules that matched in MatchedRules.
-func storeDecided(t *testing.T, db *storage.DB, sid, tool, decision string, held bool, ruleID string, matched ...storage.RuleMatch) storage.StepRecord {
+func storeDecided(t *testing.T, db *sqlite.DB, sid, tool, decision string, held bool, ruleID string, matched ...record.RuleMatch) record.StepRecord {
 	t.Helper()
 	params, err := json.Marshal(fakeParams{Tool: tool})
 	require.NoError(t, err)
@@ -190,9 +191,9 @@ func storeDecided(t *testing.T, db *storage.DB, sid, tool, decision string, held
 	resp, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "result": result})
 	require.NoError(t, err)
 	if matched == nil {
-		matched = []storage.RuleMatch{}
+		matched = []record.RuleMatch{}
 	}
-	rec := storage.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall", Tool: tool,
+	rec := record.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall", Tool: tool,
 		Decision: decision, Held: held, ReceivedAt: t0, Request: req, Response: resp, MatchedRules: matched}
 	require.NoError(t, db.SaveStep(context.Background(), &rec))
 	return rec
@@ -209,9 +210,9 @@ func TestBacktestReportsOnlyTheDraftsDifference(t *testing.T) {
 	f.call("POST", "/api/rules", holdTransfer, http.StatusCreated, nil)
 	f.call("POST", "/api/rules", remembered, http.StatusCreated, nil)
 
-	holdMatch := storage.RuleMatch{RuleID: "hold-transfer", Action: "hold", Mode: "enforce"}
-	rememberMatch := storage.RuleMatch{RuleID: remembered.ID, Action: "allow", Mode: "enforce", ReasonCode: "REMEMBERED_APPROVAL"}
-	steps := []storage.StepRecord{
+	holdMatch := record.RuleMatch{RuleID: "hold-transfer", Action: "hold", Mode: "enforce"}
+	rememberMatch := record.RuleMatch{RuleID: remembered.ID, Action: "allow", Mode: "enforce", ReasonCode: "REMEMBERED_APPROVAL"}
+	steps := []record.StepRecord{
 		// Stored before no-rm was created.
 		storeDecided(t, f.db, "s1", "rm", "allow", false, ""),
 		storeDecided(t, f.db, "s1", "rm", "allow", false, ""),

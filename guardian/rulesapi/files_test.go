@@ -17,8 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 const fileAB = `rules:
@@ -56,7 +57,7 @@ func TestImportMergeAndReplace(t *testing.T) {
 	f.call("POST", "/api/rules/import?mode=merge", merge, http.StatusOK, &res)
 	require.Equal(t, 2, res.Changed)
 	require.Len(t, res.Rules, 3)
-	versions := func(id string) []storage.RuleVersion {
+	versions := func(id string) []record.RuleVersion {
 		vs, err := f.db.RuleVersions(ctx, id)
 		require.NoError(t, err)
 		return vs
@@ -172,7 +173,7 @@ func TestStartRefusesStoredRulesThatDoNotCompile(t *testing.T) {
 	f.call("POST", "/api/rules", denyTool("fine", "rm"), http.StatusCreated, nil)
 	// Written behind the service's back, as a database from another version could hold it.
 	_, _, err := f.db.SaveRule(ctx, rules.Rule{ID: "broken", When: "tool == ", Action: rules.ActionDeny, Enabled: true},
-		"other", storage.RuleOpCreate)
+		"other", record.RuleOpCreate)
 	require.NoError(t, err)
 
 	svc := New(Options{Store: f.db})
@@ -204,7 +205,7 @@ func TestReloadFromFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(fileAB), 0o600))
 
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	f := newFixtureOn(t, db, func(o *Options) { o.RulesFile = path })
@@ -359,15 +360,15 @@ func TestEngineFailureRevertsTheStore(t *testing.T) {
 	// A refused create is undone by a delete.
 	f.call("POST", "/api/rules", denyTool("new", "ls"), http.StatusInternalServerError, &e)
 	_, err = f.db.GetRule(ctx, "new")
-	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 
 	// Live clients saw each change and its revert.
 	var ops []string
 	for _, ev := range f.published() {
-		if ev.Type != storage.EventRuleChanged {
+		if ev.Type != record.EventRuleChanged {
 			continue // the audit entries of the same changes
 		}
-		var p storage.RuleChangedPayload
+		var p record.RuleChangedPayload
 		require.NoError(t, json.Unmarshal(ev.Payload, &p))
 		ops = append(ops, p.Op+" "+p.RuleID+strings.Join(p.RuleIDs, ","))
 	}

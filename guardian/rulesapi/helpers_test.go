@@ -15,8 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -24,24 +25,24 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // fixture is a service over a real SQLite file, served by a real HTTP server.
 type fixture struct {
 	t   *testing.T
-	db  *storage.DB
+	db  *sqlite.DB
 	svc *Service
 	srv *httptest.Server
 
 	mu     sync.Mutex
-	events []storage.Event
+	events []record.Event
 }
 
 func newFixture(t *testing.T, edit ...func(*Options)) *fixture {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return newFixtureOn(t, db, edit...)
 }
 
 // newFixtureOn builds a started service on db.
-func newFixtureOn(t *testing.T, db *storage.DB, edit ...func(*Options)) *fixture {
+func newFixtureOn(t *testing.T, db *sqlite.DB, edit ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, db: db}
 	opts := Options{
@@ -64,16 +65,16 @@ func newFixtureOn(t *testing.T, db *storage.DB, edit ...func(*Options)) *fixture
 	return f
 }
 
-func (f *fixture) publish(ev storage.Event) {
+func (f *fixture) publish(ev record.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, ev)
 }
 
-func (f *fixture) published() []storage.Event {
+func (f *fixture) published() []record.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]storage.Event(nil), f.events...)
+	return append([]record.Event(nil), f.events...)
 }
 
 // do sends a request; a string body is sent as is, anything else as JSON.
@@ -165,7 +166,7 @@ func fakeEnvForDraft(method string, params json.RawMessage) (*rules.Env, error) 
 	return &rules.Env{Method: method, Kind: "toolCall", Tool: p.Tool, Inputs: p.Inputs, Text: p.Text}, nil
 }
 
-func fakeEnvForStep(_ context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error) {
+func fakeEnvForStep(_ context.Context, rec record.StepRecord, history []record.StepRecord) (*rules.Env, error) {
 	method, params := requestParams(rec)
 	env, err := fakeEnvForDraft(method, params)
 	if err != nil {
@@ -189,13 +190,13 @@ func fakeModifiedRequest(method string, params json.RawMessage, v rules.Verdict)
 }
 
 // saveStep stores a tool-call step with the given decision.
-func saveStep(t *testing.T, db *storage.DB, sid, tool, decision string, held bool) storage.StepRecord {
+func saveStep(t *testing.T, db *sqlite.DB, sid, tool, decision string, held bool) record.StepRecord {
 	t.Helper()
 	params, err := json.Marshal(fakeParams{Tool: tool, Inputs: map[string]any{"to": "x@example.com"}})
 	require.NoError(t, err)
 	req, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "steps/toolCallRequest", "params": json.RawMessage(params)})
 	require.NoError(t, err)
-	rec := storage.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall",
+	rec := record.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall",
 		Tool: tool, Decision: decision, Held: held, ReceivedAt: t0, Request: req}
 	require.NoError(t, db.SaveStep(context.Background(), &rec))
 	return rec

@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Body size limits: a rule is small; a rules file or a draft set may hold many.
@@ -359,7 +359,7 @@ func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &fe):
 		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_file", fe.Error(),
 			[]filePosition{{File: fe.File, Line: fe.Line, Column: fe.Column, Message: fe.Message}}}})
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound):
 		apijson.Write(w, http.StatusNotFound, apiError{errorBody{Code: "not_found", Message: err.Error()}})
 	case errors.Is(err, ErrConflict):
 		apijson.Write(w, http.StatusConflict, apiError{errorBody{Code: "conflict", Message: err.Error()}})

@@ -16,13 +16,14 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/ruleenv"
 	"github.com/vigil-guardian/vigil/guardian/rulesapi"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // envForStep is the wiring main uses: a stored step's request decoded as the guardian
 // decodes it, its session history as the rules see it.
-func envForStep(_ context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error) {
+func envForStep(_ context.Context, rec record.StepRecord, history []record.StepRecord) (*rules.Env, error) {
 	step, aerr := aos.ParseStep(rec.Request)
 	if aerr != nil {
 		return nil, aerr
@@ -46,15 +47,15 @@ func toolCallParams(session, stepID, tool, to string) json.RawMessage {
 
 func TestWithRuleEnv(t *testing.T) {
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), storage.Options{})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 
-	store := func(session, stepID, tool, to string) storage.StepRecord {
+	store := func(session, stepID, tool, to string) record.StepRecord {
 		req, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "steps/toolCallRequest",
 			"params": toolCallParams(session, stepID, tool, to)})
 		require.NoError(t, err)
-		rec := storage.StepRecord{SessionID: session, Method: "steps/toolCallRequest", Kind: "toolCall",
+		rec := record.StepRecord{SessionID: session, Method: "steps/toolCallRequest", Kind: "toolCall",
 			Tool: tool, Decision: "allow", Request: req, ReceivedAt: time.Now()}
 		require.NoError(t, db.SaveStep(ctx, &rec))
 		return rec

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Store is what the rules service needs from persistence; *storage.DB implements it.
@@ -33,18 +33,18 @@ type Store interface {
 	// GetRule returns one rule or an error wrapping storage.ErrNotFound.
 	GetRule(ctx context.Context, id string) (rules.Rule, error)
 	// ApplyRules commits several changes and their events in one transaction.
-	ApplyRules(ctx context.Context, b storage.RuleBatch) ([]rules.Rule, []storage.Event, error)
+	ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error)
 	// RuleVersions returns a rule's versions newest first, also for a deleted rule.
-	RuleVersions(ctx context.Context, id string) ([]storage.RuleVersion, error)
-	RuleVersion(ctx context.Context, id string, version int) (storage.RuleVersion, error)
+	RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error)
+	RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error)
 	// Step returns one stored step (for POST /api/rules/test with a seq).
-	Step(ctx context.Context, seq int64) (storage.StepRecord, error)
+	Step(ctx context.Context, seq int64) (record.StepRecord, error)
 	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
 	// bound), oldest first: the backtest window.
-	StepsBefore(ctx context.Context, before int64, limit int) ([]storage.StepRecord, error)
+	StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error)
 	// SessionStepsBefore returns the newest steps of a session with seq < before, oldest
 	// first: the history a stored step was decided with.
-	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]storage.StepRecord, error)
+	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error)
 }
 
 // Options configure the service. Store is required.
@@ -58,10 +58,10 @@ type Options struct {
 	EngineOptions rules.Options
 	// Publish receives every committed rule.changed event, after the engine has the new
 	// set. It must not block. Nil publishes nothing.
-	Publish func(storage.Event)
+	Publish func(record.Event)
 	// EnvForStep builds the rule environment of a stored step; history is the session's
 	// earlier steps, oldest first. Required for backtests and tests by seq.
-	EnvForStep func(ctx context.Context, rec storage.StepRecord, history []storage.StepRecord) (*rules.Env, error)
+	EnvForStep func(ctx context.Context, rec record.StepRecord, history []record.StepRecord) (*rules.Env, error)
 	// EnvForDraft builds the rule environment of a step given as method and params.
 	// Required for tests of a draft step.
 	EnvForDraft func(method string, params json.RawMessage) (*rules.Env, error)
@@ -272,9 +272,9 @@ func validate(r rules.Rule) error {
 // commit applies changes to the current set cur under s.mu: compile the candidate set,
 // write it with its events, load it into the engine, publish. It returns the stored rules
 // of the changes in order.
-func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []storage.RuleChange, operator, eventOp string) ([]rules.Rule, error) {
+func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []record.RuleChange, operator, eventOp string) ([]rules.Rule, error) {
 	for i := range changes {
-		if changes[i].Op != storage.RuleOpDelete {
+		if changes[i].Op != record.RuleOpDelete {
 			changes[i].Rule = normalize(changes[i].Rule)
 		}
 	}
@@ -284,7 +284,7 @@ func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []storag
 	// The write must not be abandoned half-way by a caller that goes away: once queued it
 	// may commit, and the engine has to follow whatever the database holds.
 	wctx := context.WithoutCancel(ctx)
-	saved, events, err := s.store.ApplyRules(wctx, storage.RuleBatch{
+	saved, events, err := s.store.ApplyRules(wctx, record.RuleBatch{
 		Changes: changes, Operator: operator, At: s.now(), EventOp: eventOp,
 	})
 	if err != nil {
@@ -305,7 +305,7 @@ func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []storag
 
 // revert undoes a committed change the engine refused, restoring cur in the store. It is a
 // safety net: the candidate set compiled just before, so Load failing means a defect.
-func (s *Service) revert(ctx context.Context, cur []rules.Rule, changes []storage.RuleChange, operator string, events []storage.Event) {
+func (s *Service) revert(ctx context.Context, cur []rules.Rule, changes []record.RuleChange, operator string, events []record.Event) {
 	// The change's own events are in the log already; publish them so live clients see the
 	// same history as a replay, followed by the revert.
 	for _, ev := range events {
@@ -315,16 +315,16 @@ func (s *Service) revert(ctx context.Context, cur []rules.Rule, changes []storag
 	for _, r := range cur {
 		prev[r.ID] = r
 	}
-	undo := make([]storage.RuleChange, 0, len(changes))
+	undo := make([]record.RuleChange, 0, len(changes))
 	for _, c := range changes {
 		if old, ok := prev[c.Rule.ID]; ok {
-			undo = append(undo, storage.RuleChange{Op: storage.RuleOpRevert, Rule: normalize(old)})
-		} else if c.Op != storage.RuleOpDelete {
-			undo = append(undo, storage.RuleChange{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: c.Rule.ID}})
+			undo = append(undo, record.RuleChange{Op: record.RuleOpRevert, Rule: normalize(old)})
+		} else if c.Op != record.RuleOpDelete {
+			undo = append(undo, record.RuleChange{Op: record.RuleOpDelete, Rule: rules.Rule{ID: c.Rule.ID}})
 		}
 	}
-	_, revEvents, err := s.store.ApplyRules(ctx, storage.RuleBatch{
-		Changes: undo, Operator: operator, At: s.now(), EventOp: storage.RuleOpReload,
+	_, revEvents, err := s.store.ApplyRules(ctx, record.RuleBatch{
+		Changes: undo, Operator: operator, At: s.now(), EventOp: record.RuleOpReload,
 	})
 	if err != nil {
 		s.log.Error("rules: could not revert a change the engine refused; the stored rules "+
@@ -339,7 +339,7 @@ func (s *Service) revert(ctx context.Context, cur []rules.Rule, changes []storag
 	}
 }
 
-func (s *Service) publish(ev storage.Event) {
+func (s *Service) publish(ev record.Event) {
 	if s.opts.Publish != nil {
 		s.opts.Publish(ev)
 	}
@@ -347,13 +347,13 @@ func (s *Service) publish(ev storage.Event) {
 
 // merge returns cur with changes applied, ordered by id. When saved is given (the store's
 // results, in change order) those are used for the changed rules, carrying their versions.
-func merge(cur []rules.Rule, changes []storage.RuleChange, saved []rules.Rule) []rules.Rule {
+func merge(cur []rules.Rule, changes []record.RuleChange, saved []rules.Rule) []rules.Rule {
 	byID := make(map[string]rules.Rule, len(cur)+len(changes))
 	for _, r := range cur {
 		byID[r.ID] = r
 	}
 	for i, c := range changes {
-		if c.Op == storage.RuleOpDelete {
+		if c.Op == record.RuleOpDelete {
 			delete(byID, c.Rule.ID)
 			continue
 		}
@@ -381,7 +381,7 @@ func find(cur []rules.Rule, id string) (rules.Rule, bool) {
 }
 
 func notFound(id string) error {
-	return fmt.Errorf("rule %q: %w", id, storage.ErrNotFound)
+	return fmt.Errorf("rule %q: %w", id, record.ErrNotFound)
 }
 
 // Create adds a new rule; ErrConflict when the id exists.
@@ -398,7 +398,7 @@ func (s *Service) Create(ctx context.Context, r rules.Rule, operator string) (ru
 	if _, ok := find(cur, r.ID); ok {
 		return rules.Rule{}, fmt.Errorf("rule %q already exists: %w", r.ID, ErrConflict)
 	}
-	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpCreate, Rule: r}}, operator, "")
+	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpCreate, Rule: r}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -429,7 +429,7 @@ func (s *Service) Update(ctx context.Context, r rules.Rule, operator string) (ru
 	if sameContent(old, r) {
 		return old, nil
 	}
-	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpUpdate, Rule: r}}, operator, "")
+	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpUpdate, Rule: r}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -448,14 +448,14 @@ func (s *Service) Upsert(ctx context.Context, r rules.Rule, operator string) err
 	if err != nil {
 		return err
 	}
-	op := storage.RuleOpCreate
+	op := record.RuleOpCreate
 	if old, ok := find(cur, r.ID); ok {
 		if sameContent(old, r) {
 			return nil
 		}
-		op = storage.RuleOpUpdate
+		op = record.RuleOpUpdate
 	}
-	_, err = s.commit(ctx, cur, []storage.RuleChange{{Op: op, Rule: r}}, operator, "")
+	_, err = s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
 	return err
 }
 
@@ -470,7 +470,7 @@ func (s *Service) Delete(ctx context.Context, id, operator string) (rules.Rule, 
 	if _, ok := find(cur, id); !ok {
 		return rules.Rule{}, notFound(id)
 	}
-	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: id}}}, operator, "")
+	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpDelete, Rule: rules.Rule{ID: id}}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -493,11 +493,11 @@ func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, opera
 		return r, nil
 	}
 	r.Enabled = enabled
-	op := storage.RuleOpDisable
+	op := record.RuleOpDisable
 	if enabled {
-		op = storage.RuleOpEnable
+		op = record.RuleOpEnable
 	}
-	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: op, Rule: r}}, operator, "")
+	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -517,7 +517,7 @@ func (s *Service) Restore(ctx context.Context, id string, version int, operator 
 	if err != nil {
 		return rules.Rule{}, err
 	}
-	saved, err := s.commit(ctx, cur, []storage.RuleChange{{Op: storage.RuleOpRestore, Rule: v.Rule}}, operator, "")
+	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpRestore, Rule: v.Rule}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -607,25 +607,25 @@ func (s *Service) importRules(ctx context.Context, f *rules.File, mode, operator
 		return 0, nil, err
 	}
 	inFile := make(map[string]bool, len(f.Rules))
-	var changes []storage.RuleChange
+	var changes []record.RuleChange
 	for _, r := range f.Rules {
 		inFile[r.ID] = true
 		if old, ok := find(cur, r.ID); ok && sameContent(old, r) {
 			continue
 		}
-		changes = append(changes, storage.RuleChange{Op: storage.RuleOpImport, Rule: r})
+		changes = append(changes, record.RuleChange{Op: record.RuleOpImport, Rule: r})
 	}
 	if mode == ModeReplace {
 		for _, r := range cur {
 			if !inFile[r.ID] {
-				changes = append(changes, storage.RuleChange{Op: storage.RuleOpDelete, Rule: rules.Rule{ID: r.ID}})
+				changes = append(changes, record.RuleChange{Op: record.RuleOpDelete, Rule: rules.Rule{ID: r.ID}})
 			}
 		}
 	}
 	if len(changes) == 0 {
 		return 0, nil, nil
 	}
-	saved, err := s.commit(ctx, cur, changes, operator, storage.RuleOpReload)
+	saved, err := s.commit(ctx, cur, changes, operator, record.RuleOpReload)
 	if err != nil {
 		return 0, nil, err
 	}

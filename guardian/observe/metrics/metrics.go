@@ -20,8 +20,8 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/guardian/observe"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Options configure the metrics.
@@ -38,7 +38,7 @@ type Sources struct {
 	// PendingHolds returns the number of holds waiting for an operator.
 	PendingHolds func() int
 	// Ingest returns the storage's ingestion backlog (storage.DB.IngestStats).
-	Ingest func() storage.IngestStats
+	Ingest func() record.IngestStats
 	// Live returns the live hub's counters.
 	Live func() live.Counters
 	// Consumers returns the fan-out's queued consumers' counters.
@@ -159,7 +159,7 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Step implements observe.Inline: it counts a stored step.
-func (m *Metrics) Step(rec *storage.StepRecord) {
+func (m *Metrics) Step(rec *record.StepRecord) {
 	m.stepCounter(stepKey{rec.Method, rec.Kind, rec.Decision}).Inc()
 	if rec.Held {
 		m.heldSteps.Inc()
@@ -188,8 +188,8 @@ func (m *Metrics) stepCounter(k stepKey) prometheus.Counter {
 
 // holdOutcomes are the final hold statuses, the values of the outcome label.
 var holdOutcomes = []string{
-	storage.HoldApproved, storage.HoldDenied, storage.HoldModified,
-	storage.HoldTimedOut, storage.HoldAbandoned, storage.HoldInterrupted,
+	record.HoldApproved, record.HoldDenied, record.HoldModified,
+	record.HoldTimedOut, record.HoldAbandoned, record.HoldInterrupted,
 }
 
 // holdTimes are the fields of a hold event the metrics need.
@@ -200,11 +200,11 @@ type holdTimes struct {
 }
 
 // Event implements observe.Inline: it counts holds created and resolved.
-func (m *Metrics) Event(ev storage.Event) {
+func (m *Metrics) Event(ev record.Event) {
 	switch ev.Type {
-	case storage.EventHoldCreated:
+	case record.EventHoldCreated:
 		m.holdsCreated.Inc()
-	case storage.EventHoldResolved:
+	case record.EventHoldResolved:
 		var h holdTimes
 		if err := json.Unmarshal(ev.Payload, &h); err != nil {
 			return

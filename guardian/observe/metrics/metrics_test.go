@@ -16,8 +16,8 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/live"
 	"github.com/vigil-guardian/vigil/guardian/observe"
 	"github.com/vigil-guardian/vigil/guardian/observe/metrics"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
-	"github.com/vigil-guardian/vigil/storage"
 )
 
 // scrape fetches the handler's metrics and parses them with Prometheus' own parser.
@@ -53,15 +53,15 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels 
 	return nil
 }
 
-func holdEvent(t *testing.T, typ, status string, wait time.Duration) storage.Event {
+func holdEvent(t *testing.T, typ, status string, wait time.Duration) record.Event {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	h := storage.Hold{ID: "h_1", SessionID: "s", Status: status, CreatedAt: t0, Request: json.RawMessage(`{"x":1}`)}
-	if status != storage.HoldPending {
+	h := record.Hold{ID: "h_1", SessionID: "s", Status: status, CreatedAt: t0, Request: json.RawMessage(`{"x":1}`)}
+	if status != record.HoldPending {
 		h.DecidedAt = t0.Add(wait)
 	}
 	b, err := json.Marshal(h)
 	require.NoError(t, err)
-	return storage.Event{Type: typ, SessionID: "s", At: t0, Payload: b}
+	return record.Event{Type: typ, SessionID: "s", At: t0, Payload: b}
 }
 
 func TestScrape(t *testing.T) {
@@ -71,8 +71,8 @@ func TestScrape(t *testing.T) {
 			return map[string]rules.RuleStats{"no-rm": {Evaluations: 10, Matches: 3, Errors: 1, TotalMicros: 2500}}
 		},
 		PendingHolds: func() int { return 2 },
-		Ingest: func() storage.IngestStats {
-			return storage.IngestStats{PendingSteps: 7, PendingBytes: 700, JournalBytes: 4096}
+		Ingest: func() record.IngestStats {
+			return record.IngestStats{PendingSteps: 7, PendingBytes: 700, JournalBytes: 4096}
 		},
 		Live: func() live.Counters { return live.Counters{Clients: 3, Published: 40, Dropped: 1} },
 		Consumers: func() []observe.ConsumerStats {
@@ -80,7 +80,7 @@ func TestScrape(t *testing.T) {
 		},
 	})
 	var fan observe.Inline = m
-	for _, rec := range []storage.StepRecord{
+	for _, rec := range []record.StepRecord{
 		{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "deny", LatencyMicros: 80},
 		{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "deny", LatencyMicros: 300},
 		{Method: "steps/message", Kind: "message", Decision: "allow", LatencyMicros: 40},
@@ -89,10 +89,10 @@ func TestScrape(t *testing.T) {
 	} {
 		fan.Step(&rec)
 	}
-	fan.Event(holdEvent(t, storage.EventHoldCreated, storage.HoldPending, 0))
-	fan.Event(holdEvent(t, storage.EventHoldResolved, storage.HoldApproved, 90*time.Second))
-	fan.Event(holdEvent(t, storage.EventHoldResolved, storage.HoldTimedOut, 5*time.Minute))
-	fan.Event(storage.Event{Type: "audit", Payload: json.RawMessage(`{}`)})
+	fan.Event(holdEvent(t, record.EventHoldCreated, record.HoldPending, 0))
+	fan.Event(holdEvent(t, record.EventHoldResolved, record.HoldApproved, 90*time.Second))
+	fan.Event(holdEvent(t, record.EventHoldResolved, record.HoldTimedOut, 5*time.Minute))
+	fan.Event(record.Event{Type: "audit", Payload: json.RawMessage(`{}`)})
 	m.UpstreamError("billing", "connect")
 	m.UpstreamError("billing", "connect")
 
@@ -150,7 +150,7 @@ func TestStepSeriesBounded(t *testing.T) {
 	m := metrics.New(metrics.Options{})
 	const n = 2000
 	for i := range n {
-		m.Step(&storage.StepRecord{Method: fmt.Sprintf("m%d", i), Kind: "k", Decision: "allow"})
+		m.Step(&record.StepRecord{Method: fmt.Sprintf("m%d", i), Kind: "k", Decision: "allow"})
 	}
 	fams := scrape(t, m.Handler())
 	steps := fams["vigil_steps_total"].GetMetric()
@@ -175,7 +175,7 @@ func TestUpstreamSeriesBounded(t *testing.T) {
 
 func BenchmarkStep(b *testing.B) {
 	m := metrics.New(metrics.Options{})
-	rec := &storage.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow", LatencyMicros: 120}
+	rec := &record.StepRecord{Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow", LatencyMicros: 120}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

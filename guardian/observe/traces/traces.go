@@ -30,7 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vigil-guardian/vigil/guardian/observe"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Options configure a Tracer.
@@ -42,7 +42,7 @@ type Options struct {
 	// Content adds step content to spans: the request, tool arguments and the answer.
 	Content bool
 	// HoldBySeq finds the hold of a held step (storage.DB.HoldBySeq); nil: no hold spans.
-	HoldBySeq func(ctx context.Context, seq int64) (storage.Hold, error)
+	HoldBySeq func(ctx context.Context, seq int64) (record.Hold, error)
 	// BatchTimeout is the longest a span waits to be exported (default 5s).
 	BatchTimeout time.Duration
 	Logger       *slog.Logger
@@ -194,7 +194,7 @@ func hash8(parts ...string) trace.SpanID {
 
 // TraceID is the trace of a step: its session's turn, or the step alone when it names no
 // turn (a turn-less session could otherwise make one trace of days of traffic).
-func TraceID(rec *storage.StepRecord) trace.TraceID {
+func TraceID(rec *record.StepRecord) trace.TraceID {
 	if rec.TurnID != "" {
 		return hash16("vigil-turn", rec.SessionID, rec.TurnID)
 	}
@@ -202,7 +202,7 @@ func TraceID(rec *storage.StepRecord) trace.TraceID {
 }
 
 // SpanID is a step's span id.
-func SpanID(rec *storage.StepRecord) trace.SpanID {
+func SpanID(rec *record.StepRecord) trace.SpanID {
 	return hash8("vigil-step", rec.SessionID, fmt.Sprint(rec.Seq))
 }
 
@@ -238,7 +238,7 @@ type answer struct {
 }
 
 // Step exports the spans of one stored step.
-func (t *Tracer) Step(ctx context.Context, rec *storage.StepRecord) {
+func (t *Tracer) Step(ctx context.Context, rec *record.StepRecord) {
 	start := rec.ReceivedAt
 	end := start.Add(time.Duration(rec.LatencyMicros) * time.Microsecond)
 	tid, sid := TraceID(rec), SpanID(rec)
@@ -349,7 +349,7 @@ func (t *Tracer) Step(ctx context.Context, rec *storage.StepRecord) {
 }
 
 // holdSpan adds the wait for an operator as a child of the step's span.
-func (t *Tracer) holdSpan(ctx context.Context, rec *storage.StepRecord, tid trace.TraceID) {
+func (t *Tracer) holdSpan(ctx context.Context, rec *record.StepRecord, tid trace.TraceID) {
 	h, err := t.opts.HoldBySeq(context.WithoutCancel(ctx), rec.Seq)
 	if err != nil {
 		t.log.Debug("no hold for a held step", "seq", rec.Seq, "err", err)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/observe"
 	"github.com/vigil-guardian/vigil/guardian/observe/traces"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // collector keeps what an OTLP receiver got.
@@ -128,10 +128,10 @@ func startGRPC(t *testing.T, c *collector) string {
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-func steps() []*storage.StepRecord {
+func steps() []*record.StepRecord {
 	req := json.RawMessage(`{"jsonrpc":"2.0","id":4,"method":"steps/toolCallRequest","params":{"context":{"turnId":"turn-1"},
 		"toolCallRequest":{"executionId":"exec-91b2","toolId":"refund_payment","inputs":[{"name":"amount","value":89.9}]}}}`)
-	return []*storage.StepRecord{
+	return []*record.StepRecord{
 		{Seq: 10, SessionID: "sess-1", TurnID: "turn-1", StepID: "step-3", Method: "steps/message", Kind: "message",
 			AgentID: "agent-7", AgentName: "Support", Decision: "allow", ReceivedAt: t0, LatencyMicros: 150,
 			Request: json.RawMessage(`{}`), Response: json.RawMessage(`{"jsonrpc":"2.0","id":3,"result":{"decision":"allow","message":"Allowed."}}`)},
@@ -140,18 +140,18 @@ func steps() []*storage.StepRecord {
 			Request: req,
 			Response: json.RawMessage(`{"jsonrpc":"2.0","id":4,"result":{"decision":"deny","reasonCode":["OPERATOR_DENIED","BIG_REFUND"],
 				"message":"No.","data":{"ruleId":"big-refund"}}}`),
-			MatchedRules: []storage.RuleMatch{{RuleID: "big-refund", Action: "hold", Mode: "enforce"},
+			MatchedRules: []record.RuleMatch{{RuleID: "big-refund", Action: "hold", Mode: "enforce"},
 				{RuleID: "slow", Action: "deny", Mode: "enforce", Error: "evaluation budget exceeded"}}},
 		{Seq: 12, SessionID: "sess-1", TurnID: "turn-2", Method: "steps/message", Kind: "message", Decision: "allow",
 			ReceivedAt: t0.Add(time.Minute), LatencyMicros: 90, Request: json.RawMessage(`{}`), Response: json.RawMessage(`null`)},
 	}
 }
 
-func holdBySeq(_ context.Context, seq int64) (storage.Hold, error) {
+func holdBySeq(_ context.Context, seq int64) (record.Hold, error) {
 	if seq != 11 {
-		return storage.Hold{}, storage.ErrNotFound
+		return record.Hold{}, record.ErrNotFound
 	}
-	return storage.Hold{ID: "h_1", Seq: 11, Status: storage.HoldDenied, Decision: "deny", DecidedBy: "rita", RuleID: "big-refund",
+	return record.Hold{ID: "h_1", Seq: 11, Status: record.HoldDenied, Decision: "deny", DecidedBy: "rita", RuleID: "big-refund",
 		CreatedAt: t0.Add(time.Second + 100*time.Microsecond), DecidedAt: t0.Add(29 * time.Second)}, nil
 }
 
@@ -371,7 +371,7 @@ func TestToolCallIDs(t *testing.T) {
 			mem := tracetest.NewInMemoryExporter()
 			tr, err := traces.New(context.Background(), traces.Options{Exporter: mem, Content: true})
 			require.NoError(t, err)
-			tr.Step(context.Background(), &storage.StepRecord{Seq: 1, SessionID: "s", Method: "steps/x", Kind: tc.kind, Tool: tc.tool,
+			tr.Step(context.Background(), &record.StepRecord{Seq: 1, SessionID: "s", Method: "steps/x", Kind: tc.kind, Tool: tc.tool,
 				Decision: "allow", ReceivedAt: t0, Request: json.RawMessage(tc.request), Response: json.RawMessage(`null`)})
 			require.NoError(t, tr.ForceFlush(context.Background()))
 			spans := mem.GetSpans()

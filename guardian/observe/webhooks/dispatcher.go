@@ -23,7 +23,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/guardian/observe"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Headers of a delivery.
@@ -151,7 +151,7 @@ func (d *Dispatcher) Consumer() observe.Consumer {
 			}
 		}
 	}
-	c.StepFilter = func(rec *storage.StepRecord) bool { return rec.Decision == "deny" }
+	c.StepFilter = func(rec *record.StepRecord) bool { return rec.Decision == "deny" }
 	return c
 }
 
@@ -167,8 +167,8 @@ func (d *Dispatcher) handle(_ context.Context, it observe.Item) {
 		p.ID = "evt_" + strconv.FormatInt(it.Step.Seq, 10)
 		p.Step = stepInfo(it.Step)
 		p.URL = StepURL(d.opts.PublicURL, it.Step.SessionID, it.Step.Seq)
-	case it.Event.Type == storage.EventHoldCreated || it.Event.Type == storage.EventHoldResolved:
-		var h storage.Hold
+	case it.Event.Type == record.EventHoldCreated || it.Event.Type == record.EventHoldResolved:
+		var h record.Hold
 		if err := json.Unmarshal(it.Event.Payload, &h); err != nil {
 			d.log.Error("unreadable hold event", "seq", it.Event.Seq, "err", err)
 			return

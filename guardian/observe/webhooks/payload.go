@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Payload is the body of a json-format delivery. It carries no step content (request,
@@ -77,7 +77,7 @@ type answer struct {
 	} `json:"result"`
 }
 
-func stepInfo(rec *storage.StepRecord) *StepInfo {
+func stepInfo(rec *record.StepRecord) *StepInfo {
 	s := &StepInfo{
 		Seq: rec.Seq, SessionID: rec.SessionID, TurnID: rec.TurnID, StepID: rec.StepID,
 		Method: rec.Method, Kind: rec.Kind, Tool: rec.Tool, AgentID: rec.AgentID, AgentName: rec.AgentName,
@@ -90,7 +90,7 @@ func stepInfo(rec *storage.StepRecord) *StepInfo {
 	return s
 }
 
-func holdInfo(h *storage.Hold) *HoldInfo {
+func holdInfo(h *record.Hold) *HoldInfo {
 	return &HoldInfo{
 		ID: h.ID, SessionID: h.SessionID, AgentID: h.AgentID, Method: h.Method, Kind: h.Kind, Tool: h.Tool,
 		RuleID: h.RuleID, Message: h.Message, CreatedAt: h.CreatedAt, Deadline: h.Deadline, OnTimeout: h.OnTimeout,

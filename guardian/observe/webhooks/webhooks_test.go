@@ -17,7 +17,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/observe"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
-	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -101,19 +101,19 @@ func target(t *testing.T, spec string) webhooks.Target {
 var t0 = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 
 func holdItem(t *testing.T, typ string, seq int64) observe.Item {
-	h := storage.Hold{ID: "h_abc", SessionID: "sess/1", AgentID: "agent-7", Method: "steps/toolCallRequest", Kind: "toolCall",
+	h := record.Hold{ID: "h_abc", SessionID: "sess/1", AgentID: "agent-7", Method: "steps/toolCallRequest", Kind: "toolCall",
 		Tool: "send_email", RuleID: "mail-out", Message: "Mail to <outside> & beyond", CreatedAt: t0, Deadline: t0.Add(5 * time.Minute),
-		OnTimeout: "deny", Status: storage.HoldPending, Request: json.RawMessage(`{"secret":"do not send"}`)}
-	if typ == storage.EventHoldResolved {
-		h.Status, h.Decision, h.DecidedBy, h.DecidedAt = storage.HoldApproved, "allow", "rita", t0.Add(time.Minute)
+		OnTimeout: "deny", Status: record.HoldPending, Request: json.RawMessage(`{"secret":"do not send"}`)}
+	if typ == record.EventHoldResolved {
+		h.Status, h.Decision, h.DecidedBy, h.DecidedAt = record.HoldApproved, "allow", "rita", t0.Add(time.Minute)
 	}
 	b, err := json.Marshal(h)
 	require.NoError(t, err)
-	return observe.Item{Event: storage.Event{Seq: seq, Type: typ, SessionID: h.SessionID, At: t0, Payload: b}}
+	return observe.Item{Event: record.Event{Seq: seq, Type: typ, SessionID: h.SessionID, At: t0, Payload: b}}
 }
 
 func deniedStep(seq int64) observe.Item {
-	return observe.Item{Step: &storage.StepRecord{Seq: seq, SessionID: "s2", Method: "steps/toolCallRequest", Kind: "toolCall",
+	return observe.Item{Step: &record.StepRecord{Seq: seq, SessionID: "s2", Method: "steps/toolCallRequest", Kind: "toolCall",
 		Tool: "rm", Decision: "deny", ReceivedAt: t0, Request: json.RawMessage(`{"secret":1}`),
 		Response: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{"decision":"deny","reasonCode":["DESTRUCTIVE"],"message":"No rm.","data":{"ruleId":"no-rm"}}}`)}}
 }
@@ -126,9 +126,9 @@ func TestSignedJSONDelivery(t *testing.T) {
 	start(t, d)
 	c := d.Consumer()
 	require.True(t, c.Steps)
-	require.ElementsMatch(t, []string{storage.EventHoldCreated, storage.EventHoldResolved}, c.Events)
+	require.ElementsMatch(t, []string{record.EventHoldCreated, record.EventHoldResolved}, c.Events)
 
-	c.Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 41))
+	c.Handle(context.Background(), holdItem(t, record.EventHoldCreated, 41))
 	req, body := <-rc.got, <-rc.bodies
 	require.Equal(t, "/hook", req.URL.Path)
 	require.Equal(t, "application/json", req.Header.Get("Content-Type"))
@@ -165,14 +165,14 @@ func TestSignedJSONDelivery(t *testing.T) {
 	require.Equal(t, "No rm.", step["message"])
 
 	// Steps that were not denied are never delivered.
-	require.False(t, c.StepFilter(&storage.StepRecord{Decision: "allow"}))
+	require.False(t, c.StepFilter(&record.StepRecord{Decision: "allow"}))
 }
 
 func TestUnsignedWithoutSecret(t *testing.T) {
 	rc := newReceiver(t)
 	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, rc.URL)}})
 	start(t, d)
-	d.Consumer().Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 1))
+	d.Consumer().Handle(context.Background(), holdItem(t, record.EventHoldCreated, 1))
 	req := <-rc.got
 	require.Empty(t, req.Header.Get(webhooks.HeaderSignature))
 	require.Empty(t, req.Header.Get(webhooks.HeaderTimestamp))
@@ -213,7 +213,7 @@ func TestRetries(t *testing.T) {
 			d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, rc.URL)},
 				Attempts: 3, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
 			start(t, d)
-			d.Consumer().Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 7))
+			d.Consumer().Handle(context.Background(), holdItem(t, record.EventHoldCreated, 7))
 			s := waitFor(t, d, func(s webhooks.TargetStatus) bool { return s.Delivered+s.Failed == 1 })
 			require.Equal(t, tc.attempts, rc.calls.Load())
 			require.Equal(t, tc.delivered, s.Delivered)
@@ -243,10 +243,10 @@ func TestQueueBound(t *testing.T) {
 	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, rc.URL)}, Queue: 3, Timeout: time.Minute})
 	start(t, d)
 	h := d.Consumer().Handle
-	h(context.Background(), holdItem(t, storage.EventHoldCreated, 1))
+	h(context.Background(), holdItem(t, record.EventHoldCreated, 1))
 	<-rc.got // in flight
 	for i := range 10 {
-		h(context.Background(), holdItem(t, storage.EventHoldCreated, int64(i+2)))
+		h(context.Background(), holdItem(t, record.EventHoldCreated, int64(i+2)))
 	}
 	s := d.Status()[0]
 	require.EqualValues(t, 7, s.Dropped)
@@ -277,7 +277,7 @@ func TestSlackPayload(t *testing.T) {
 	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, rc.URL+"/services/T/B/X#format=slack&events=all")},
 		PublicURL: "https://vigil.example"})
 	start(t, d)
-	d.Consumer().Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 5))
+	d.Consumer().Handle(context.Background(), holdItem(t, record.EventHoldCreated, 5))
 	<-rc.got
 	var m struct {
 		Text   string `json:"text"`
@@ -325,8 +325,8 @@ func TestOnlySubscribedEvents(t *testing.T) {
 	}})
 	start(t, d)
 	c := d.Consumer()
-	c.Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 1))
-	c.Handle(context.Background(), holdItem(t, storage.EventHoldResolved, 2))
+	c.Handle(context.Background(), holdItem(t, record.EventHoldCreated, 1))
+	c.Handle(context.Background(), holdItem(t, record.EventHoldResolved, 2))
 	c.Handle(context.Background(), deniedStep(3))
 	require.Equal(t, "hold.resolved", (<-holds.got).Header.Get(webhooks.HeaderEvent))
 	require.Equal(t, "step.denied", (<-denies.got).Header.Get(webhooks.HeaderEvent))
@@ -372,7 +372,7 @@ func TestErrorsHideTheURL(t *testing.T) {
 	srv.Close() // nothing listens there now
 	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, "http://"+addr+"/services/SECRET")}, Attempts: 1})
 	start(t, d)
-	d.Consumer().Handle(context.Background(), holdItem(t, storage.EventHoldCreated, 1))
+	d.Consumer().Handle(context.Background(), holdItem(t, record.EventHoldCreated, 1))
 	s := waitFor(t, d, func(s webhooks.TargetStatus) bool { return s.Failed == 1 })
 	require.NotEmpty(t, s.LastError)
 	require.NotContains(t, s.LastError, "SECRET")

@@ -1,0 +1,220 @@
+// Package pgtest starts a throwaway PostgreSQL server for tests: Debian's postgresql
+// package, initdb'd into a temporary directory and run by an unprivileged user (the server
+// refuses to run as root), listening on a free loopback port with trust authentication.
+// One server per test binary (TestMain) keeps the cost of initdb to once; each test then
+// gets a database of its own.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RequireEnv makes a missing PostgreSQL a test failure instead of a skip; `make test` sets
+// it, so CI cannot pass without the backend being tested.
+const RequireEnv = "VIGIL_REQUIRE_POSTGRES"
+
+// ErrNoPostgres is returned by Start when no PostgreSQL server binaries are installed.
+var ErrNoPostgres = errors.New("PostgreSQL server binaries not found (Debian: apt-get install postgresql)")
+
+// Server is a running PostgreSQL server.
+type Server struct {
+	dir   string
+	bin   string
+	port  int
+	owner *user.User // who runs the server when the tests run as root; nil otherwise
+	n     atomic.Int64
+	log   string
+}
+
+// BinDir finds the newest /usr/lib/postgresql/N/bin, or the directory of pg_ctl on PATH.
+func BinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", ErrNoPostgres
+}
+
+// Start initialises and starts a server in a new directory under dir (os.TempDir when
+// empty). Stop it with Stop.
+func Start(ctx context.Context, dir string) (*Server, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp(dir, "vigil-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	s := &Server{dir: base, bin: bin, log: filepath.Join(base, "server.log")}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("pgtest: running as root needs the postgres user the package creates: %w", err)
+		}
+		s.owner = u
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		// The parent must be traversable by the server's user.
+		if err := os.Chmod(base, 0o755); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+		if err := os.Chown(base, uid, gid); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+	}
+	data := filepath.Join(base, "data")
+	if out, err := s.run(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+		"--locale=C", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pgtest: initdb: %w: %s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s.port = port
+	// fsync off and a small WAL keep tests fast; durability across a machine crash is not
+	// what these tests check (replica kills are process kills, which fsync=off survives).
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off "+
+		"-c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB", port, base)
+	if out, err := s.run(ctx, "pg_ctl", "-D", data, "-l", s.log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+		logText, _ := os.ReadFile(s.log)
+		return nil, fmt.Errorf("pgtest: pg_ctl start: %w: %s\n%s", err, out, logText)
+	}
+	return s, nil
+}
+
+// run runs one of the server's programs as the server's user.
+func (s *Server) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
+	path := filepath.Join(s.bin, prog)
+	var cmd *exec.Cmd
+	if s.owner != nil {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", s.owner.Username, "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	cmd.Dir = s.dir
+	return cmd.CombinedOutput()
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Port is the server's TCP port on 127.0.0.1.
+func (s *Server) Port() int { return s.port }
+
+// DSN is the URL of database name on the server.
+func (s *Server) DSN(name string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, name)
+}
+
+// CreateDB creates a new, empty database and returns its URL.
+func (s *Server) CreateDB(ctx context.Context, prefix string) (string, error) {
+	name := fmt.Sprintf("%s_%d_%d", sanitize(prefix), os.Getpid(), s.n.Add(1))
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return "", fmt.Errorf("pgtest: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
+	}
+	return s.DSN(name), nil
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+		if b.Len() >= 30 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return "db"
+	}
+	return b.String()
+}
+
+// Stop stops the server immediately and removes its directory.
+func (s *Server) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.run(ctx, "pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
+	rmErr := os.RemoveAll(s.dir)
+	if err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop: %w: %s", err, out)
+	}
+	return rmErr
+}
+
+// Main runs a test binary's tests with one server, which *srv points to while they run.
+// Without PostgreSQL installed, *srv stays nil and tests that need it skip (Need), unless
+// VIGIL_REQUIRE_POSTGRES is set, in which case the binary fails at once.
+func Main(m *testing.M, srv **Server) int {
+	s, err := Start(context.Background(), "")
+	if err != nil {
+		if os.Getenv(RequireEnv) != "" || !errors.Is(err, ErrNoPostgres) {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "pgtest:", err, "- PostgreSQL tests skip")
+		return m.Run()
+	}
+	*srv = s
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code
+}
+
+// Need returns a fresh database on srv, or skips the test when srv is nil (no PostgreSQL).
+func Need(t testing.TB, srv *Server) string {
+	t.Helper()
+	if srv == nil {
+		t.Skip("PostgreSQL is not installed (Debian: apt-get install postgresql); " + RequireEnv + " makes this a failure")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn, err := srv.CreateDB(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}

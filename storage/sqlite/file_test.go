@@ -1,0 +1,151 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vigil-guardian/vigil/record"
+)
+
+// syncBuffer is a log destination the watcher goroutine and the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestDatabaseFilesArePrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	save(t, db, step("s", "allow", 0))
+	require.NoError(t, db.Flush(context.Background()))
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(p)
+		require.NoError(t, err, p)
+		require.Equal(t, fs.FileMode(0o600), st.Mode().Perm(), p)
+	}
+	require.NoError(t, db.Close())
+
+	// Files an older version left readable by everyone are made private on open.
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if _, err := os.Stat(p); err == nil {
+			require.NoError(t, os.Chmod(p, 0o644))
+		}
+	}
+	db, err = Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if st, err := os.Stat(p); err == nil {
+			require.Equal(t, fs.FileMode(0o600), st.Mode().Perm(), p)
+		}
+	}
+}
+
+func TestOpenRefusesAMissingDatabaseItsJournalRemembers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	save(t, db, step("s", "allow", 0))
+	require.NoError(t, db.Close())
+
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		_ = os.Remove(p)
+	}
+	_, err = Open(context.Background(), path, Options{})
+	require.ErrorIs(t, err, ErrDatabaseMissing)
+	require.Contains(t, err.Error(), "steplog")
+	_, statErr := os.Stat(path)
+	require.True(t, errors.Is(statErr, fs.ErrNotExist), "no empty database was created")
+
+	// Removing the journal is how an operator starts over on purpose.
+	for _, p := range JournalPaths(path) {
+		require.NoError(t, os.Remove(p))
+	}
+	db, err = Open(context.Background(), path, Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+}
+
+func TestDeletedDatabaseIsDetectedAndWrittenBack(t *testing.T) {
+	cases := []struct {
+		name    string
+		replace bool
+	}{
+		{name: "deleted"},
+		{name: "replaced", replace: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "vigil.db")
+			logs := &syncBuffer{}
+			db, err := Open(context.Background(), path, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			require.NoError(t, err)
+			for range 20 {
+				save(t, db, step("s", "allow", 0))
+			}
+			require.NoError(t, db.Flush(context.Background()))
+			require.False(t, db.FileLost())
+
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				require.NoError(t, os.Remove(p))
+			}
+			if tc.replace {
+				require.NoError(t, os.WriteFile(path, nil, 0o600))
+			}
+			require.True(t, db.FileLost())
+			// The watcher logs it loudly (one check now rather than wait for the ticker).
+			db.checkFile(time.Now())
+			require.Contains(t, logs.String(), "while Vigil is serving")
+
+			// Steps saved after the loss are kept too.
+			save(t, db, step("s", "deny", 0))
+			require.NoError(t, db.Close())
+			require.Contains(t, logs.String(), "written back")
+
+			dest := path
+			if tc.replace {
+				m, err := filepath.Glob(path + ".recovered-*")
+				require.NoError(t, err)
+				require.Len(t, m, 1)
+				dest = m[0]
+			}
+			st, err := os.Stat(dest)
+			require.NoError(t, err)
+			require.Equal(t, fs.FileMode(0o600), st.Mode().Perm())
+			if tc.replace {
+				// The file put in its place is not touched; the data is beside it.
+				require.NoError(t, os.Remove(path))
+				require.NoError(t, os.Rename(dest, path))
+			}
+			db, err = Open(context.Background(), path, Options{})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			page, err := db.Steps(context.Background(), record.StepQuery{SessionID: "s", Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, page, 21)
+		})
+	}
+}

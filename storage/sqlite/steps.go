@@ -1,0 +1,370 @@
+package sqlite
+
+import (
+	"github.com/vigil-guardian/vigil/record"
+
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
+	agent_id, agent_name, user_id, tool, decision, received_at, request, response,
+	matched_rules, latency_micros, text, held, key_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// sqlUpsertSession adds a group of steps of one session with one decision (?8 of them) to
+// its summary. The agent id and key id are the session's owners: set by the first step
+// that carries one, never changed after (the guardian refuses steps of other owners). The
+// agent name and user are overwritten only by steps that carry them, so a session keeps
+// them when later steps (MCP, A2A) do not name them. last_seen never moves back when a
+// step received earlier is stored later. A row without steps (created by a session control
+// before the first step) takes its times from the first steps.
+const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_id,
+	first_seen, last_seen, last_seq, steps, last_method, decisions, key_id)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8), ?12)
+	ON CONFLICT (id) DO UPDATE SET
+		agent_id    = CASE WHEN agent_id = '' THEN excluded.agent_id ELSE agent_id END,
+		key_id      = CASE WHEN key_id   = '' THEN excluded.key_id   ELSE key_id   END,
+		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE agent_name END,
+		user_id     = CASE WHEN excluded.user_id    <> '' THEN excluded.user_id    ELSE user_id    END,
+		first_seen  = CASE WHEN steps = 0 THEN excluded.first_seen
+			ELSE min(first_seen, excluded.first_seen) END,
+		last_seen   = CASE WHEN steps = 0 THEN excluded.last_seen
+			ELSE max(last_seen, excluded.last_seen) END,
+		last_method = CASE WHEN excluded.last_seq > last_seq THEN excluded.last_method
+			ELSE last_method END,
+		last_seq    = max(last_seq, excluded.last_seq),
+		steps       = steps + excluded.steps,
+		decisions   = json_set(decisions, ?11, coalesce(json_extract(decisions, ?11), 0) + excluded.steps)`
+
+// validDecision reports whether d can be a decision: 1 to 64 letters, digits, '_', '.', ':'
+// or '-'. A decision is a key of the session's decision tally, addressed by a JSON path,
+// so it must not need quoting there.
+func validDecision(d string) bool {
+	if len(d) == 0 || len(d) > 64 {
+		return false
+	}
+	for _, c := range []byte(d) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// stepColumns is the column list every step query scans with scanStep.
+const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
+	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
+	text, held, key_id`
+
+// stepArgs is a step prepared for the writer: validated, encoded and copied, so that the
+// writer never touches the caller's record and the JSON work happens on the caller's
+// goroutine, in parallel, rather than on the single writer.
+type stepArgs struct {
+	sessionID, turnID, stepID, method, kind string
+	agentID, agentName, userID, tool        string
+	keyID                                   string
+	decision                                string
+	receivedAt                              int64
+	request, response                       any // string or nil (NULL)
+	matchedRules                            string
+	latencyMicros                           int64
+	text                                    string
+	held                                    bool
+}
+
+// SaveStep stores rec and its "step" event, updates the session summary, sets rec.Seq and
+// returns once the step is durable: in the step journal, from which it
+// reaches the tables shortly after (queries wait for that, so they always see it). It
+// normalises rec to what a read returns (UTC ReceivedAt, non-nil MatchedRules), so rec
+// marshals to the same JSON as GET /api/steps/{seq}. A zero ReceivedAt is set to now. A
+// Request or Response that is not valid JSON is stored as a JSON string holding its bytes,
+// so nothing is lost and every read stays valid JSON.
+func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
+	switch {
+	case rec.SessionID == "":
+		return errors.New("storage: step has no session id")
+	case rec.Method == "":
+		return errors.New("storage: step has no method")
+	case rec.Decision == "":
+		return errors.New("storage: step has no decision")
+	case !validDecision(rec.Decision):
+		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
+	}
+	if rec.ReceivedAt.IsZero() {
+		rec.ReceivedAt = time.Now()
+	}
+	rec.ReceivedAt = time.Unix(0, rec.ReceivedAt.UnixNano()).UTC()
+	if rec.MatchedRules == nil {
+		rec.MatchedRules = []record.RuleMatch{}
+	}
+	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
+	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
+	a, err := newStepArgs(rec)
+	if err != nil {
+		return err
+	}
+	// The JSON is built here, in parallel with other callers; under the journal's lock
+	// only the seq is put in front.
+	fields := record.AppendStepFields(make([]byte, stepHeadroom, stepHeadroom+512+len(rec.Request)+len(rec.Response)), rec)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	db.steps.Add(1) // Close waits for it
+	db.mu.RUnlock()
+	seq, err := db.journalStep(a, fields)
+	db.steps.Done()
+	if err != nil {
+		return err
+	}
+	rec.Seq = seq
+	if db.minutes != nil {
+		db.minutes.add(rec.ReceivedAt, outcome(rec.Decision, rec.Held))
+	}
+	return nil
+}
+
+// newStepArgs copies a normalised record into the form the writer inserts.
+func newStepArgs(rec *record.StepRecord) (*stepArgs, error) {
+	rules, err := json.Marshal(rec.MatchedRules)
+	if err != nil {
+		return nil, fmt.Errorf("storage: encode matched rules: %w", err)
+	}
+	return &stepArgs{
+		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
+		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
+		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
+		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
+		response: nullableText(rec.Response), matchedRules: string(rules),
+		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held, keyID: rec.KeyID,
+	}, nil
+}
+
+// insert writes one step with its seq: event, step row and session summary.
+func (a *stepArgs) insert(b *batchTx, seq int64) error {
+	if err := a.insertRow(b, seq); err != nil {
+		return err
+	}
+	var d sessionDelta
+	d.add(a, seq)
+	return d.apply(b)
+}
+
+// insertRow writes the step's event and row, leaving the session summary to a sessionDelta.
+func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
+	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.sessionID, a.receivedAt); err != nil {
+		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
+	}
+	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
+		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.keyID); err != nil {
+		return fmt.Errorf("storage: insert step %d: %w", seq, err)
+	}
+	return nil
+}
+
+// sessionDelta sums what a transaction's steps of one session change in its summary, so
+// that the summary row is written once per decision rather than once per step.
+type sessionDelta struct {
+	id, agentID, agentName, userID string
+	keyID                          string
+	// agentSeq and keySeq are the seqs of the steps agentID and keyID came from.
+	agentSeq, keySeq int64
+	first, last      int64 // received_at
+	lastSeq          int64
+	lastMethod       string
+	decisions        []decisionCount
+}
+
+type decisionCount struct {
+	decision string
+	n        int64
+}
+
+func (d *sessionDelta) add(a *stepArgs, seq int64) {
+	if d.id == "" {
+		d.id, d.first, d.last = a.sessionID, a.receivedAt, a.receivedAt
+	}
+	d.first, d.last = min(d.first, a.receivedAt), max(d.last, a.receivedAt)
+	if seq > d.lastSeq {
+		d.lastSeq, d.lastMethod = seq, a.method
+		// The newest step naming a name or user wins, as it would step by step.
+		d.agentName = cmp.Or(a.agentName, d.agentName)
+		d.userID = cmp.Or(a.userID, d.userID)
+	}
+	// The owners are the oldest step's that names one, as the upsert keeps the first.
+	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
+		d.agentID, d.agentSeq = a.agentID, seq
+	}
+	if a.keyID != "" && (d.keyID == "" || seq < d.keySeq) {
+		d.keyID, d.keySeq = a.keyID, seq
+	}
+	for i := range d.decisions {
+		if d.decisions[i].decision == a.decision {
+			d.decisions[i].n++
+			return
+		}
+	}
+	d.decisions = append(d.decisions, decisionCount{a.decision, 1})
+}
+
+func (d *sessionDelta) apply(b *batchTx) error {
+	for _, c := range d.decisions {
+		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.id, d.agentID, d.agentName, d.userID,
+			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`, d.keyID); err != nil {
+			return fmt.Errorf("storage: update session %q: %w", d.id, err)
+		}
+	}
+	return nil
+}
+
+// storedJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
+// is trusted or valid JSON, and otherwise the JSON string of its bytes.
+func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	if trusted || json.Valid(raw) {
+		return raw
+	}
+	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
+	return s
+}
+
+// nullableText stores JSON as TEXT (so SQLite's JSON functions read it as text, not JSONB)
+// and an absent value as NULL.
+func nullableText(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+// Step returns the step with the given seq, or ErrNotFound.
+func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
+	if err := db.Flush(ctx); err != nil {
+		return record.StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, err)
+	}
+	row := db.r.QueryRowContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = ?`, seq)
+	rec, err := scanStep(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record.StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, record.ErrNotFound)
+	}
+	if err != nil {
+		return record.StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, err)
+	}
+	return rec, nil
+}
+
+// Steps pages through a session's steps in arrival (seq) order, starting after q.After.
+// Limit is clamped to 1..1000 and defaults to 200. An unknown session has no steps.
+func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error) {
+	limit := clamp(q.Limit, 200, 1000)
+	if err := db.flushSession(ctx, q.SessionID); err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, q.SessionID, q.After, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
+	steps, err := collectSteps(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
+	}
+	return steps, nil
+}
+
+// RecentSteps returns up to limit (clamped to 1000) of a session's newest steps, oldest
+// first: the history a rule sees.
+func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]record.StepRecord, error) {
+	if limit <= 0 {
+		return []record.StepRecord{}, nil
+	}
+	limit = min(limit, 1000)
+	if err := db.flushSession(ctx, sessionID); err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
+	steps, err := collectSteps(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
+	}
+	slices.Reverse(steps)
+	return steps, nil
+}
+
+func collectSteps(rows *sql.Rows, capacity int) ([]record.StepRecord, error) {
+	defer rows.Close()
+	steps := make([]record.StepRecord, 0, min(capacity, 64))
+	for rows.Next() {
+		rec, err := scanStep(rows)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return steps, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanStep reads one row of stepColumns. It is the only way a step is read back, so every
+// query (and EventsAfter's payloads) yields the same record for the same seq.
+func scanStep(s scanner) (record.StepRecord, error) {
+	var (
+		rec        record.StepRecord
+		receivedAt int64
+		req, resp  sql.NullString
+		rules      string
+	)
+	if err := s.Scan(&rec.Seq, &rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method,
+		&rec.Kind, &rec.AgentID, &rec.AgentName, &rec.UserID, &rec.Tool, &rec.Decision,
+		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID); err != nil {
+		return record.StepRecord{}, err
+	}
+	rec.ReceivedAt = time.Unix(0, receivedAt).UTC()
+	if req.Valid {
+		rec.Request = json.RawMessage(req.String)
+	}
+	if resp.Valid {
+		rec.Response = json.RawMessage(resp.String)
+	}
+	rec.MatchedRules = []record.RuleMatch{}
+	if err := json.Unmarshal([]byte(rules), &rec.MatchedRules); err != nil {
+		return record.StepRecord{}, fmt.Errorf("decode matched rules of step %d: %w", rec.Seq, err)
+	}
+	if rec.MatchedRules == nil { // stored as JSON null
+		rec.MatchedRules = []record.RuleMatch{}
+	}
+	return rec, nil
+}
+
+// clamp returns def for n <= 0 and at most hi.
+func clamp(n, def, hi int) int {
+	if n <= 0 {
+		return def
+	}
+	return min(n, hi)
+}

@@ -1,0 +1,121 @@
+// Package storage names what a storage backend provides: Backend, the methods the guardian,
+// its console API, holds, rules, team mode and the live stream use. storage/sqlite (the
+// default, one process) and storage/postgres (shared by replicas) implement it, and both
+// pass the conformance suite in storage/storetest. Only package main picks a backend; the
+// guardian's packages name the parts they need as their own interfaces and import record.
+package storage
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/rules"
+)
+
+// Backend is a complete storage backend.
+//
+// Ordering: every write that produces events assigns them seqs from one sequence shared by
+// all event types; seqs are strictly increasing in commit order, so a reader that has seen
+// seq N and asks for events after N never misses one committed later (gaps are allowed).
+type Backend interface {
+	Steps
+	Holds
+	Rules
+	Auth
+	Maintenance
+	Close() error
+}
+
+// Steps is the step log: steps, sessions and the event log, and what is read from them.
+type Steps interface {
+	// SaveStep stores a step and its "step" event, assigns rec.Seq, and returns once the
+	// step is durable. Reads made after it returns see the step.
+	SaveStep(ctx context.Context, rec *record.StepRecord) error
+	// AppendEvent stores a non-step event, assigns ev.Seq and returns once committed.
+	AppendEvent(ctx context.Context, ev *record.Event) error
+	Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error)
+	Session(ctx context.Context, id string) (record.Session, error)
+	Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error)
+	Step(ctx context.Context, seq int64) (record.StepRecord, error)
+	// RecentSteps returns up to limit of the newest steps of a session, oldest first.
+	RecentSteps(ctx context.Context, sessionID string, limit int) ([]record.StepRecord, error)
+	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
+	// bound), oldest first.
+	StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error)
+	// SessionStepsBefore returns the newest steps of a session with seq < before, oldest
+	// first.
+	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error)
+	// EventsAfter returns events with seq > after in seq order, at most limit.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]record.Event, error)
+	// EventsPage is EventsAfter bounded by bytes, with big steps truncated.
+	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)
+	Search(ctx context.Context, q record.SearchQuery) (record.SearchPage, error)
+	Stats(ctx context.Context, now time.Time) (record.Stats, error)
+}
+
+// Holds keeps held steps, session controls and the audit log.
+type Holds interface {
+	CreateHold(ctx context.Context, h *record.Hold, audit *record.AuditEntry) ([]record.Event, error)
+	// ResolveHold updates the hold only while it is pending; otherwise it returns the
+	// stored hold and an error wrapping record.ErrHoldDecided.
+	ResolveHold(ctx context.Context, id string, res record.HoldResolution, audit *record.AuditEntry) (record.Hold, []record.Event, error)
+	GetHold(ctx context.Context, id string) (record.Hold, error)
+	ListHolds(ctx context.Context, status string, limit int) ([]record.Hold, error)
+	SetHoldSeq(ctx context.Context, id string, seq int64) error
+	HoldBySeq(ctx context.Context, seq int64) (record.Hold, error)
+	// ResolvePendingOnStartup ends every hold a previous run left pending.
+	ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]record.Hold, []record.Event, error)
+	SetSessionControl(ctx context.Context, c record.SessionControl, audit *record.AuditEntry) ([]record.Event, error)
+	SessionControls(ctx context.Context) (map[string]string, error)
+	AppendAudit(ctx context.Context, e *record.AuditEntry) (record.Event, error)
+	ListAudit(ctx context.Context, q record.AuditQuery) ([]record.AuditEntry, error)
+}
+
+// Rules keeps the rule set and every version of each rule.
+type Rules interface {
+	ListRules(ctx context.Context) ([]rules.Rule, error)
+	GetRule(ctx context.Context, id string) (rules.Rule, error)
+	// ApplyRules commits several changes and their events in one transaction.
+	ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error)
+	RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error)
+	RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error)
+}
+
+// Auth keeps agent keys, operator accounts and console sign-in sessions.
+type Auth interface {
+	CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error)
+	APIKeys(ctx context.Context) ([]record.APIKey, error)
+	APIKey(ctx context.Context, id string) (record.APIKey, error)
+	APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error)
+	HasAPIKeys(ctx context.Context) (bool, error)
+	RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *record.AuditEntry) (record.APIKey, record.Event, error)
+	TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
+	CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error)
+	Users(ctx context.Context) ([]record.User, error)
+	User(ctx context.Context, name string) (record.User, error)
+	HasUsers(ctx context.Context) (bool, error)
+	SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *record.AuditEntry) (record.Event, error)
+	DeleteUser(ctx context.Context, name string, audit *record.AuditEntry) (record.User, record.Event, error)
+	CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error)
+	AuthSession(ctx context.Context, hash []byte) (record.AuthSession, error)
+	DeleteAuthSession(ctx context.Context, hash []byte, audit *record.AuditEntry) (bool, record.Event, error)
+	DeleteExpiredAuthSessions(ctx context.Context, now time.Time) (int64, error)
+}
+
+// Maintenance is retention, export and what operations report.
+type Maintenance interface {
+	// Prune deletes what the retention policy no longer keeps, one pass.
+	Prune(ctx context.Context, now time.Time, r record.Retention) (record.PruneResult, error)
+	// RunRetention prunes every r.Interval until ctx ends.
+	RunRetention(ctx context.Context, r record.Retention, log *slog.Logger)
+	// Export writes steps and audit entries as JSON Lines.
+	Export(ctx context.Context, w io.Writer, opts record.ExportOptions) (record.ExportResult, error)
+	// IngestStats is the backlog of durable steps not yet in the tables (zero when a
+	// backend writes them there directly).
+	IngestStats() record.IngestStats
+	// Describe names the database for logs and /api/info, without credentials.
+	Describe() string
+}
