@@ -44,6 +44,12 @@ const agentRules = `rules:
     action: hold
     hold: {timeout: 2m, onTimeout: deny}
     message: "creating the held marker needs approval"
+  - id: rename-marker
+    when: inputs.command startsWith "touch original"
+    action: modify
+    modify:
+      set: {command: '"touch rewritten.txt"'}
+    message: "the marker is written under another name"
 `
 
 // guardian is a running `vigil serve`.
@@ -174,13 +180,14 @@ type agentCase struct {
 	name    string
 	command string
 	marker  string // the file the command creates, or the victim it deletes
-	want    string // allow, deny, hold
+	want    string // allow, deny, hold, modify
 }
 
 var agentCases = []agentCase{
 	{"allow runs the command", "touch allowed.txt", "allowed.txt", "allow"},
 	{"deny blocks it and the model reads why", "rm victim.txt", "victim.txt", "deny"},
 	{"hold runs once approved", "touch held.txt", "held.txt", "hold"},
+	{"modify runs the rewritten command", "touch original.txt", "rewritten.txt", "modify"},
 }
 
 // runCases runs each case with run (which starts the agent in dir and returns its output).
@@ -190,6 +197,8 @@ func runCases(t *testing.T, g *guardian, s *script, dir string, run func(t *test
 			s.set(c.command)
 			marker := filepath.Join(dir, c.marker)
 			_ = os.Remove(marker)
+			original := filepath.Join(dir, "original.txt")
+			_ = os.Remove(original)
 			if c.want == "deny" {
 				require.NoError(t, os.WriteFile(marker, []byte("keep me"), 0o600))
 			}
@@ -206,6 +215,9 @@ func runCases(t *testing.T, g *guardian, s *script, dir string, run func(t *test
 				require.NoError(t, <-approved)
 			}
 			switch c.want {
+			case "modify":
+				require.FileExists(t, marker, "the rewritten command must run\n%s", out)
+				require.NoFileExists(t, original, "the original command must not run\n%s", out)
 			case "deny":
 				require.FileExists(t, marker, "the denied rm must not run\n%s", out)
 				require.Contains(t, strings.Join(s.results(), "\n"), "rm is not allowed here (Vigil rule no-rm)",

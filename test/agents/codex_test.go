@@ -119,7 +119,7 @@ env_key = "FAKE_OPENAI_KEY"
 `, model.URL)
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".codex", "config.toml"), []byte(config), 0o600))
 	cmd := exec.Command(os.Getenv("VIGIL_BIN"), "hook", "install", "codex", "--user", "--guardian", g.URL)
-	cmd.Env = append(os.Environ(), "HOME="+home)
+	cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	t.Logf("vigil hook install codex:\n%s", out)
@@ -127,8 +127,9 @@ env_key = "FAKE_OPENAI_KEY"
 	runCases(t, g, s, project, func(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		// Codex runs only trusted hooks; a scripted run vouches for them on the command line.
-		cmd := exec.CommandContext(ctx, codex, "exec", "--dangerously-bypass-hook-trust", "--skip-git-repo-check", "run the command")
+		// No --dangerously-bypass-hook-trust: Codex runs the hooks because the installer
+		// trusted them in config.toml.
+		cmd := exec.CommandContext(ctx, codex, "exec", "--skip-git-repo-check", "run the command")
 		cmd.Dir = project
 		cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"), "FAKE_OPENAI_KEY=sk-fake", "NO_COLOR=1")
 		b, err := cmd.CombinedOutput()
