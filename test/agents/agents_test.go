@@ -2,7 +2,9 @@
 
 // Package agents runs the real coding-agent CLIs against scripted loopback fakes of their
 // model APIs, with Vigil's hook installed, and checks that allow runs the command, deny
-// blocks it (the model reads the reason) and a held command runs once approved.
+// blocks it (the model reads the reason), a held command runs once approved, a modify rule's
+// rewritten command runs instead of the original, and a prompt a modify rule must change
+// never reaches the model.
 //
 //	make test-agents
 //
