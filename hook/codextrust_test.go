@@ -206,3 +206,17 @@ func TestUpdateCodexTrustEditsInPlace(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "\n# next\n[other]\nx = 1\n", string(b))
 }
+
+func TestCodexProjectTrusted(t *testing.T) {
+	home := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(`
+[projects."/src/app"]
+trust_level = "trusted"
+[projects."/src/other"]
+trust_level = "untrusted"
+`), 0o600))
+	for dir, want := range map[string]bool{"/src/app": true, "/src/app/sub": true, "/src/other": false, "/src": false} {
+		require.Equal(t, want, CodexProjectTrusted(home, dir), dir)
+	}
+	require.False(t, CodexProjectTrusted(t.TempDir(), "/src/app"), "no config")
+}
