@@ -3,6 +3,7 @@ module github.com/vigil-guardian/vigil
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/expr-lang/expr v1.17.8
 	github.com/gorilla/websocket v1.5.3
 	github.com/jackc/pgx/v5 v5.12.0

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -167,8 +168,19 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	if cfg.OnGuardianError != "deny" {
 		words = append(words, "--on-guardian-error", cfg.OnGuardianError)
 	}
-	res, err := hook.Install(hook.InstallOptions{Agent: agent, Dir: dir, Command: strings.Join(words, " "),
-		Timeout: cfg.Timeout, Uninstall: cfg.Uninstall})
+	opts := hook.InstallOptions{Agent: agent, Dir: dir, Command: strings.Join(words, " "),
+		Timeout: cfg.Timeout, Uninstall: cfg.Uninstall}
+	if agent == hook.Codex {
+		// Codex reads the user's hooks and its trust of every hook from CODEX_HOME.
+		if opts.CodexHome, err = codexHome(); err != nil {
+			fmt.Fprintf(stderr, "vigil hook install: %v\n", err)
+			return 1
+		}
+		if cfg.Project == "" {
+			opts.Dir = ""
+		}
+	}
+	res, err := hook.Install(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "vigil hook install: %v\n", err)
 		return 1
@@ -180,9 +192,21 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	if cfg.Uninstall {
 		return 0
 	}
-	if agent == hook.Codex {
-		fmt.Fprintln(stdout, "Codex runs only hooks you trusted: trust Vigil's hook when Codex asks (its /hooks view),\nor run `codex exec --dangerously-bypass-hook-trust` for scripted runs.")
+	if agent == hook.Codex && cfg.Project != "" && !hook.CodexProjectTrusted(opts.CodexHome, cfg.Project) {
+		fmt.Fprintf(stdout, "Codex loads a project's hooks only once you trust the project: Codex asks the first time it runs in %s.\n", cfg.Project)
 	}
 	fmt.Fprintf(stdout, "Start Vigil (`vigil`, or `vigil serve`), then use %s as usual: every prompt, tool call and result shows in the console.\n", agent)
 	return 0
+}
+
+// codexHome is where Codex keeps the user's config: CODEX_HOME, by default ~/.codex.
+func codexHome() (string, error) {
+	if h := os.Getenv("CODEX_HOME"); h != "" {
+		return filepath.Abs(h)
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the Codex home: %w", err)
+	}
+	return filepath.Join(home, ".codex"), nil
 }

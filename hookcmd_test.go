@@ -273,6 +273,35 @@ func TestHookInstallCommand(t *testing.T) {
 	require.Equal(t, 2, runHook([]string{"claude-code", "--on-guardian-error", "maybe"}, nil, &stdout, &stderr))
 }
 
+// TestHookInstallCodexCommand: Codex's hooks go to CODEX_HOME and are trusted in its
+// config.toml; a project install says when Codex will not read the project's hooks yet.
+func TestHookInstallCodexCommand(t *testing.T) {
+	home := t.TempDir()
+	codexHome := filepath.Join(t.TempDir(), "codex")
+	t.Setenv("HOME", home)
+	t.Setenv("CODEX_HOME", codexHome)
+	var stdout, stderr bytes.Buffer
+	require.Zero(t, runHook([]string{"install", "codex"}, nil, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), filepath.Join(codexHome, "hooks.json"))
+	require.Contains(t, stdout.String(), "trusted "+filepath.Join(codexHome, "hooks.json")+":pre_tool_use:0:0")
+	require.NoFileExists(t, filepath.Join(home, ".codex", "hooks.json"))
+	cfg, err := os.ReadFile(filepath.Join(codexHome, "config.toml"))
+	require.NoError(t, err)
+	require.Contains(t, string(cfg), `[hooks.state."`+filepath.Join(codexHome, "hooks.json")+`:user_prompt_submit:0:0"]`)
+
+	project := t.TempDir()
+	stdout.Reset()
+	require.Zero(t, runHook([]string{"install", "codex", "--project", project}, nil, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), "Codex loads a project's hooks only once you trust the project")
+	cfg, err = os.ReadFile(filepath.Join(codexHome, "config.toml"))
+	require.NoError(t, err)
+	require.Contains(t, string(cfg), filepath.Join(project, ".codex", "hooks.json")+":pre_tool_use:0:0")
+
+	stdout.Reset()
+	require.Zero(t, runHook([]string{"install", "codex", "--uninstall"}, nil, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), "removed Codex's trust of "+filepath.Join(codexHome, "hooks.json"))
+}
+
 // TestCodingAgentsPack runs the test cases of the coding-agent rule pack.
 func TestCodingAgentsPack(t *testing.T) {
 	var stdout, stderr bytes.Buffer

@@ -176,13 +176,14 @@ func (c *Call) beforeTool(v Verdict) Output {
 			}{specific{c.Event, decision, reason, in}})
 		}
 		if c.Agent == Codex {
-			// Codex honours only deny: "allow" and "ask" are reported as a failed hook and
-			// the tool runs, so an allow prints nothing, and ask or modify deny.
+			// Codex takes "allow" only with an updatedInput (a bare allow or an ask is
+			// reported as a failed hook and the tool runs anyway): an allow prints nothing,
+			// an ask denies, a modify allows with the changed input.
 			switch v.Kind {
 			case Pass, Grant:
 				return Output{}
 			case Modify:
-				return answer("deny", v.Reason+" — Codex hooks cannot change a tool's input, so the call is denied.", nil)
+				return answer("allow", v.Reason, v.Input)
 			}
 			return answer("deny", v.Reason, nil)
 		}

@@ -183,8 +183,10 @@ func TestQuirks(t *testing.T) {
 		{"codex allow prints nothing", pre(Codex, "PreToolUse"), Verdict{Kind: Grant, Reason: "ok"}, ""},
 		{"codex ask denies", pre(Codex, "PreToolUse"), Verdict{Kind: Ask, Reason: "confirm"},
 			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"confirm"}}`},
-		{"codex modify denies", pre(Codex, "PreToolUse"), Verdict{Kind: Modify, Reason: "x", Input: map[string]any{"command": "ls"}},
-			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x — Codex hooks cannot change a tool's input, so the call is denied."}}`},
+		// Codex rejects a bare allow but takes one that carries updatedInput (verified with
+		// codex-cli 0.169.0: the rewritten command runs).
+		{"codex modify allows with the new input", pre(Codex, "PreToolUse"), Verdict{Kind: Modify, Reason: "x", Input: map[string]any{"command": "ls"}},
+			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","permissionDecisionReason":"x","updatedInput":{"command":"ls"}}}`},
 		{"claude pass leaves its own permissions", pre(ClaudeCode, "PreToolUse"), Verdict{Kind: Pass}, ""},
 		{"claude deny", pre(ClaudeCode, "PreToolUse"), deny,
 			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no (Vigil rule r)"}}`},

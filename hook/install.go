@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -15,7 +16,7 @@ import (
 type InstallOptions struct {
 	Agent string
 	// Dir is the settings directory's parent: the project directory (--project) or the
-	// home directory (--user).
+	// home directory (--user). For Codex, empty means the user's CodexHome.
 	Dir string
 	// Command is the hook command to write, e.g. "/usr/local/bin/vigil hook claude-code
 	// --timeout 10m0s".
@@ -25,6 +26,10 @@ type InstallOptions struct {
 	// Uninstall removes Vigil's entries instead (Command still names the program, to
 	// recognise a binary not named vigil).
 	Uninstall bool
+	// CodexHome is the directory of the user's Codex config.toml (CODEX_HOME, by default
+	// ~/.codex), where Codex keeps its trust of hooks, the project's hooks included.
+	// Empty: Codex's trust is left alone.
+	CodexHome string
 }
 
 // InstallResult reports what changed.
@@ -33,6 +38,8 @@ type InstallResult struct {
 	Changes []string
 	// Changed is false when the file already said what it should.
 	Changed bool
+	// TrustPath is the Codex config.toml that holds the hooks' trust (Codex only).
+	TrustPath string
 }
 
 // events are the hook events Vigil registers for each agent, with their matcher ("" for
@@ -96,6 +103,12 @@ func Install(o InstallOptions) (InstallResult, error) {
 	if err != nil {
 		return InstallResult{}, err
 	}
+	if o.Agent == Codex && o.Dir == "" {
+		if o.CodexHome == "" {
+			return InstallResult{}, errors.New("install for Codex: no project directory and no Codex home")
+		}
+		path = filepath.Join(o.CodexHome, "hooks.json")
+	}
 	res := InstallResult{Path: path}
 	settings := map[string]any{}
 	old, err := os.ReadFile(path)
@@ -125,17 +138,26 @@ func Install(o InstallOptions) (InstallResult, error) {
 		}
 		hooks = m
 	}
+	isOurs := func(cmd string) bool { return ours(cmd, o.Agent, o.Command) }
+	var oldTrust []codexTrust
+	trust := o.Agent == Codex && o.CodexHome != ""
+	if trust {
+		if oldTrust, err = codexTrustFor(hooks, codexPaths(path), isOurs); err != nil {
+			return res, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	for _, ev := range events[o.Agent] {
 		list, err := entries(hooks[ev.name], path, ev.name)
 		if err != nil {
 			return res, err
 		}
-		kept, removed := withoutVigil(o.Agent, o.Command, list)
-		var want []any
+		kept, removed, at := withoutVigil(o.Agent, o.Command, list)
+		next := kept
 		if !o.Uninstall {
-			want = []any{entry(o, ev.matcher)}
+			// In the place of the entry it replaces, so the other hooks keep their
+			// positions (Codex keys its trust of each hook by position).
+			next = slices.Concat(kept[:at], []any{entry(o, ev.matcher)}, kept[at:])
 		}
-		next := append(kept, want...)
 		switch {
 		case o.Uninstall && removed > 0:
 			res.Changes = append(res.Changes, fmt.Sprintf("removed Vigil's %s hook", ev.name))
@@ -160,16 +182,34 @@ func Install(o InstallOptions) (InstallResult, error) {
 		return res, fmt.Errorf("encode %s: %w", path, err)
 	}
 	out = append(out, '\n')
-	if old != nil && sameJSON(json.RawMessage(old), json.RawMessage(out)) {
-		if len(res.Changes) == 0 {
-			res.Changes = append(res.Changes, "already up to date")
+	if old == nil || !sameJSON(json.RawMessage(old), json.RawMessage(out)) {
+		if err := writeFile(path, out); err != nil {
+			return res, err
 		}
-		return res, nil
+		res.Changed = true
 	}
-	if err := writeFile(path, out); err != nil {
-		return res, err
+	if trust {
+		var newTrust []codexTrust
+		if !o.Uninstall {
+			if newTrust, err = codexTrustFor(hooks, codexPaths(path), isOurs); err != nil {
+				return res, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		var del []string
+		for _, t := range oldTrust {
+			del = append(del, t.Key)
+		}
+		res.TrustPath = filepath.Join(o.CodexHome, "config.toml")
+		changes, changed, err := updateCodexTrust(res.TrustPath, newTrust, del)
+		if err != nil {
+			return res, err
+		}
+		res.Changes = append(res.Changes, changes...)
+		res.Changed = res.Changed || changed
 	}
-	res.Changed = true
+	if !res.Changed && len(res.Changes) == 0 {
+		res.Changes = append(res.Changes, "already up to date")
+	}
 	return res, nil
 }
 
@@ -185,10 +225,20 @@ func entries(v any, path, event string) ([]any, error) {
 }
 
 // withoutVigil drops Vigil's own hooks of agent from an event's list: the whole group in
-// Claude Code's matcher layout when only Vigil is in it, else just Vigil's command.
-func withoutVigil(agent, installing string, list []any) ([]any, int) {
-	var kept []any
-	removed := 0
+// Claude Code's matcher layout when only Vigil is in it, else just Vigil's command. at is
+// where in kept the first dropped entry was (the end when none was).
+func withoutVigil(agent, installing string, list []any) (kept []any, removed, at int) {
+	at = -1
+	drop := func() {
+		if at < 0 {
+			at = len(kept)
+		}
+	}
+	defer func() {
+		if at < 0 {
+			at = len(kept)
+		}
+	}()
 	for _, item := range list {
 		m, ok := item.(map[string]any)
 		if !ok {
@@ -199,6 +249,7 @@ func withoutVigil(agent, installing string, list []any) ([]any, int) {
 			// Cursor's flat layout: one command per entry.
 			if ours(cmd, agent, installing) {
 				removed++
+				drop()
 				continue
 			}
 			kept = append(kept, item)
@@ -222,7 +273,9 @@ func withoutVigil(agent, installing string, list []any) ([]any, int) {
 		switch {
 		case len(rest) == len(inner):
 			kept = append(kept, item)
-		case len(rest) > 0:
+		case len(rest) == 0:
+			drop()
+		default:
 			c := make(map[string]any, len(m))
 			for k, v := range m {
 				c[k] = v
@@ -231,7 +284,7 @@ func withoutVigil(agent, installing string, list []any) ([]any, int) {
 			kept = append(kept, c)
 		}
 	}
-	return kept, removed
+	return kept, removed, at
 }
 
 // entry is Vigil's hook in the agent's layout. Gemini CLI counts timeouts in

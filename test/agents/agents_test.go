@@ -2,7 +2,9 @@
 
 // Package agents runs the real coding-agent CLIs against scripted loopback fakes of their
 // model APIs, with Vigil's hook installed, and checks that allow runs the command, deny
-// blocks it (the model reads the reason) and a held command runs once approved.
+// blocks it (the model reads the reason), a held command runs once approved, a modify rule's
+// rewritten command runs instead of the original, and a prompt a modify rule must change
+// never reaches the model.
 //
 //	make test-agents
 //
@@ -12,6 +14,7 @@ package agents
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,7 +47,24 @@ const agentRules = `rules:
     action: hold
     hold: {timeout: 2m, onTimeout: deny}
     message: "creating the held marker needs approval"
+  - id: rename-marker
+    when: inputs.command startsWith "touch original"
+    action: modify
+    modify:
+      set: {command: '"touch rewritten.txt"'}
+    message: "the marker is written under another name"
+  - id: no-secret-in-prompt
+    when: kind == "message" && text contains "SECRET-1234"
+    action: modify
+    modify: {redact: ['SECRET-[0-9]+']}
+    message: "the prompt carried a key"
 `
+
+// defaultPrompt is what the developer asks; secretPrompt carries a key a rule redacts.
+const (
+	defaultPrompt = "run the command"
+	secretPrompt  = "run the command, the deploy key is SECRET-1234"
+)
 
 // guardian is a running `vigil serve`.
 type guardian struct {
@@ -134,12 +154,31 @@ type script struct {
 	mu      sync.Mutex
 	command string
 	seen    []string // every tool result the model was sent
+	leaked  bool     // a request to the model carried the secret of secretPrompt
+}
+
+// watch records whether a request to the fake model carries the secret, and leaves the
+// body to be read again.
+func (s *script) watch(r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if bytes.Contains(b, []byte("SECRET-1234")) {
+		s.mu.Lock()
+		s.leaked = true
+		s.mu.Unlock()
+	}
+}
+
+func (s *script) sawSecret() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaked
 }
 
 func (s *script) set(cmd string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.command, s.seen = cmd, nil
+	s.command, s.seen, s.leaked = cmd, nil, false
 }
 
 func (s *script) results() []string {
@@ -174,22 +213,29 @@ type agentCase struct {
 	name    string
 	command string
 	marker  string // the file the command creates, or the victim it deletes
-	want    string // allow, deny, hold
+	want    string // allow, deny, hold, modify, blocked (the prompt never reaches the model)
+	prompt  string
 }
 
 var agentCases = []agentCase{
-	{"allow runs the command", "touch allowed.txt", "allowed.txt", "allow"},
-	{"deny blocks it and the model reads why", "rm victim.txt", "victim.txt", "deny"},
-	{"hold runs once approved", "touch held.txt", "held.txt", "hold"},
+	{"allow runs the command", "touch allowed.txt", "allowed.txt", "allow", defaultPrompt},
+	{"deny blocks it and the model reads why", "rm victim.txt", "victim.txt", "deny", defaultPrompt},
+	{"hold runs once approved", "touch held.txt", "held.txt", "hold", defaultPrompt},
+	{"modify runs the rewritten command", "touch original.txt", "rewritten.txt", "modify", defaultPrompt},
+	// No agent lets a hook rewrite a prompt: a modify of one blocks it, with the reason.
+	{"a prompt to modify is blocked", "touch prompted.txt", "prompted.txt", "blocked", secretPrompt},
 }
 
 // runCases runs each case with run (which starts the agent in dir and returns its output).
-func runCases(t *testing.T, g *guardian, s *script, dir string, run func(t *testing.T) string) {
+// blocked is what the agent's output says when a hook blocks the prompt.
+func runCases(t *testing.T, g *guardian, s *script, dir, blocked string, run func(t *testing.T, prompt string) string) {
 	for _, c := range agentCases {
 		t.Run(c.name, func(t *testing.T) {
 			s.set(c.command)
 			marker := filepath.Join(dir, c.marker)
 			_ = os.Remove(marker)
+			original := filepath.Join(dir, "original.txt")
+			_ = os.Remove(original)
 			if c.want == "deny" {
 				require.NoError(t, os.WriteFile(marker, []byte("keep me"), 0o600))
 			}
@@ -199,13 +245,20 @@ func runCases(t *testing.T, g *guardian, s *script, dir string, run func(t *test
 				approved = g.approveNext(t, done)
 			}
 			start := time.Now()
-			out := run(t)
+			out := run(t, c.prompt)
 			close(done)
 			t.Logf("%s took %s", c.command, time.Since(start).Round(time.Millisecond))
 			if approved != nil {
 				require.NoError(t, <-approved)
 			}
 			switch c.want {
+			case "blocked":
+				require.False(t, s.sawSecret(), "the model must not see the prompt\n%s", out)
+				require.NoFileExists(t, marker, "nothing runs\n%s", out)
+				require.Contains(t, out, blocked, "the developer reads why")
+			case "modify":
+				require.FileExists(t, marker, "the rewritten command must run\n%s", out)
+				require.NoFileExists(t, original, "the original command must not run\n%s", out)
 			case "deny":
 				require.FileExists(t, marker, "the denied rm must not run\n%s", out)
 				require.Contains(t, strings.Join(s.results(), "\n"), "rm is not allowed here (Vigil rule no-rm)",

@@ -42,6 +42,7 @@ func fakeAnthropic(t *testing.T, s *script) *httptest.Server {
 				Content json.RawMessage `json:"content"`
 			} `json:"messages"`
 		}
+		s.watch(r)
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -152,15 +153,18 @@ func TestClaudeCode(t *testing.T) {
 	out := install(t, g, "claude-code", "--project", project)
 	require.Contains(t, out, "added PreToolUse hook")
 
-	runCases(t, g, s, project, func(t *testing.T) string {
+	runCases(t, g, s, project, "the prompt carried a key (Vigil rule no-secret-in-prompt)", func(t *testing.T, prompt string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, claude, "-p", "run the command", "--output-format", "json", "--model", "claude-sonnet-4-5")
+		cmd := exec.CommandContext(ctx, claude, "-p", prompt, "--output-format", "json", "--model", "claude-sonnet-4-5")
 		cmd.Dir = project
 		cmd.Env = append(os.Environ(), "HOME="+home, "ANTHROPIC_BASE_URL="+model.URL, "ANTHROPIC_API_KEY=sk-ant-fake",
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1")
 		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(b))
+		if prompt == defaultPrompt {
+			require.NoError(t, err, string(b))
+		}
+		t.Logf("claude: err=%v\n%s", err, b)
 		return string(b)
 	})
 }

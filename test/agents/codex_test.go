@@ -40,6 +40,7 @@ func fakeResponses(t *testing.T, s *script) *httptest.Server {
 				Output json.RawMessage `json:"output"`
 			} `json:"input"`
 		}
+		s.watch(r)
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -118,21 +119,48 @@ wire_api = "responses"
 env_key = "FAKE_OPENAI_KEY"
 `, model.URL)
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".codex", "config.toml"), []byte(config), 0o600))
-	cmd := exec.Command(os.Getenv("VIGIL_BIN"), "hook", "install", "codex", "--user", "--guardian", g.URL)
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(out))
-	t.Logf("vigil hook install codex:\n%s", out)
-
-	runCases(t, g, s, project, func(t *testing.T) string {
+	vigil := func(args ...string) string {
+		cmd := exec.Command(os.Getenv("VIGIL_BIN"), append([]string{"hook", "install", "codex", "--guardian", g.URL}, args...)...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		t.Logf("vigil hook install codex %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	require.Contains(t, vigil("--user"), "trusted "+filepath.Join(home, ".codex", "hooks.json")+":pre_tool_use:0:0")
+	run := func(t *testing.T, prompt string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		// Codex runs only trusted hooks; a scripted run vouches for them on the command line.
-		cmd := exec.CommandContext(ctx, codex, "exec", "--dangerously-bypass-hook-trust", "--skip-git-repo-check", "run the command")
+		// No --dangerously-bypass-hook-trust: Codex runs the hooks because the installer
+		// trusted them in config.toml.
+		cmd := exec.CommandContext(ctx, codex, "exec", "--skip-git-repo-check", prompt)
 		cmd.Dir = project
 		cmd.Env = append(os.Environ(), "HOME="+home, "CODEX_HOME="+filepath.Join(home, ".codex"), "FAKE_OPENAI_KEY=sk-fake", "NO_COLOR=1")
 		b, err := cmd.CombinedOutput()
 		t.Logf("codex: err=%v\n%s", err, b)
 		return string(b)
+	}
+	// codex exec reports a blocked prompt without the hook's reason.
+	runCases(t, g, s, project, "hook: UserPromptSubmit Blocked", run)
+
+	// The same from the project's .codex/hooks.json: Codex reads a project's hooks once the
+	// project is trusted, and their trust from the user's config.toml, where the installer
+	// wrote it.
+	t.Run("a project install is trusted too", func(t *testing.T) {
+		vigil("--uninstall")
+		f, err := os.OpenFile(filepath.Join(home, ".codex", "config.toml"), os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(f, "\n[projects.%q]\ntrust_level = \"trusted\"\n", project)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		out := vigil("--project", project)
+		require.Contains(t, out, "trusted "+filepath.Join(project, ".codex", "hooks.json")+":pre_tool_use:0:0")
+		require.NotContains(t, out, "only once you trust the project")
+		s.set("rm victim.txt")
+		victim := filepath.Join(project, "victim.txt")
+		require.NoError(t, os.WriteFile(victim, []byte("keep me"), 0o600))
+		out = run(t, defaultPrompt)
+		require.FileExists(t, victim, "the denied rm must not run\n%s", out)
+		require.Contains(t, strings.Join(s.results(), "\n"), "rm is not allowed here (Vigil rule no-rm)")
 	})
 }

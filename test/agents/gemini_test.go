@@ -50,6 +50,7 @@ func fakeGemini(t *testing.T, s *script) *httptest.Server {
 				ResponseMimeType string `json:"responseMimeType"`
 			} `json:"generationConfig"`
 		}
+		s.watch(r)
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -126,10 +127,10 @@ func TestGeminiCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(settings), `"selectedType": "gemini-api-key"`, "install keeps the other settings")
 
-	runCases(t, g, s, project, func(t *testing.T) string {
+	runCases(t, g, s, project, "the prompt carried a key (Vigil rule no-secret-in-prompt)", func(t *testing.T, prompt string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, gemini, "-p", "run the command", "--yolo", "-m", "gemini-2.5-flash")
+		cmd := exec.CommandContext(ctx, gemini, "-p", prompt, "--yolo", "-m", "gemini-2.5-flash")
 		cmd.Dir = project
 		cmd.Env = append(os.Environ(), "HOME="+home, "GOOGLE_GEMINI_BASE_URL="+model.URL, "GEMINI_API_KEY=fake-key",
 			"GEMINI_CLI_TRUST_WORKSPACE=true", "NO_COLOR=1")

@@ -1,0 +1,474 @@
+package hook
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Codex runs a hook from hooks.json only when the user's config.toml trusts it:
+//
+//	[hooks.state."/abs/path/hooks.json:pre_tool_use:0:0"]
+//	trusted_hash = "sha256:…"
+//
+// The key is the hooks.json file's absolute path, the event's snake_case label and the
+// hook's group and handler positions; the hash is Codex's digest of the hook's normalized
+// definition (codex-rs/hooks/src/engine/discovery.rs, command_hook_hash, and
+// codex-rs/config/src/fingerprint.rs, version_for_toml). Only the user's config.toml
+// (CODEX_HOME) counts: a project's own config cannot trust its hooks. An untrusted or
+// changed hook is skipped silently, so the installer writes the trust itself.
+
+// codexTrust is one trust entry Vigil writes.
+type codexTrust struct {
+	Key, Hash string
+}
+
+// codexEventLabel is Codex's snake_case label of a hook event ("PreToolUse" →
+// "pre_tool_use").
+func codexEventLabel(event string) string {
+	var b strings.Builder
+	for i, r := range event {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// codexKey is the hooks.state key of the handler at (group, handler) of event in the
+// hooks.json at path.
+func codexKey(path, event string, group, handler int) string {
+	return fmt.Sprintf("%s:%s:%d:%d", path, codexEventLabel(event), group, handler)
+}
+
+// codexHookHash is Codex's trusted_hash of a command handler: sha256 of the compact,
+// key-sorted JSON of {event_name, matcher, hooks: [handler]}, where the handler has its
+// timeout filled in (600 when unset), async as a boolean, and no unset fields. Events
+// without matchers (UserPromptSubmit, Stop) hash without one whatever the file says.
+func codexHookHash(event string, matcher *string, handler map[string]any) (string, error) {
+	h := map[string]any{"type": "command", "async": false, "timeout": 600}
+	for _, k := range []string{"command", "timeout", "async", "statusMessage"} {
+		if v, ok := handler[k]; ok && v != nil {
+			h[k] = v
+		}
+	}
+	if _, ok := h["command"].(string); !ok {
+		return "", errors.New("hook has no command")
+	}
+	// hooks.json numbers decode as float64; Codex reads the timeout as an integer of at
+	// least 1.
+	switch t := h["timeout"].(type) {
+	case float64:
+		if t != float64(int64(t)) || t < 0 {
+			return "", fmt.Errorf("hook timeout %v is not a whole number of seconds", t)
+		}
+		h["timeout"] = max(int64(t), 1)
+	case int:
+		h["timeout"] = max(t, 1)
+	}
+	identity := map[string]any{"event_name": codexEventLabel(event), "hooks": []any{h}}
+	if matcher != nil && event != "UserPromptSubmit" && event != "Stop" {
+		identity["matcher"] = *matcher
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// Codex serializes with serde_json: no HTML escaping, U+2028 and U+2029 as they are.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(identity); err != nil {
+		return "", fmt.Errorf("encode hook identity: %w", err)
+	}
+	canon := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	canon = bytes.ReplaceAll(canon, []byte(`\u2028`), []byte("\u2028"))
+	canon = bytes.ReplaceAll(canon, []byte(`\u2029`), []byte("\u2029"))
+	sum := sha256.Sum256(canon)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// codexTrustFor lists the trust entries of agent's handlers that are Vigil's (ours) in a
+// Codex hooks map, keyed under each of paths (the hooks.json path as written, and as
+// resolved through symbolic links when that differs: Codex keys by the path it was
+// configured with, which the installer cannot know for sure).
+func codexTrustFor(hooks map[string]any, paths []string, ours func(cmd string) bool) ([]codexTrust, error) {
+	var out []codexTrust
+	for _, event := range slices.Sorted(maps.Keys(hooks)) {
+		groups, _ := hooks[event].([]any)
+		for gi, g := range groups {
+			gm, _ := g.(map[string]any)
+			inner, _ := gm["hooks"].([]any)
+			var matcher *string
+			if m, ok := gm["matcher"].(string); ok {
+				matcher = &m
+			}
+			for hi, h := range inner {
+				hm, _ := h.(map[string]any)
+				cmd, _ := hm["command"].(string)
+				if hm == nil || !ours(cmd) {
+					continue
+				}
+				hash, err := codexHookHash(event, matcher, hm)
+				if err != nil {
+					return nil, fmt.Errorf("hooks.%s[%d].hooks[%d]: %w", event, gi, hi, err)
+				}
+				for _, p := range paths {
+					out = append(out, codexTrust{codexKey(p, event, gi, hi), hash})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// codexPaths are the forms of a hooks.json path Codex may key its trust by.
+func codexPaths(path string) []string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return []string{path}
+	}
+	paths := []string{abs}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		if real := filepath.Join(dir, filepath.Base(abs)); real != abs {
+			paths = append(paths, real)
+		}
+	}
+	return paths
+}
+
+// updateCodexTrust writes set and removes del in the hooks.state of the Codex config.toml
+// at path, editing only those entries' lines so the rest of the file (comments, order,
+// formatting) stays as the user wrote it. The edit is checked by parsing the result: a
+// file whose layout cannot be edited this way is left alone with an error that says what
+// to add by hand.
+func updateCodexTrust(path string, set []codexTrust, del []string) ([]string, bool, error) {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	before := map[string]any{}
+	if _, err := toml.Decode(string(old), &before); err != nil {
+		return nil, false, fmt.Errorf("%s is not valid TOML (%w); fix it first", path, err)
+	}
+	state := codexState(before)
+	text := string(old)
+	var changes []string
+	want := maps.Clone(state)
+	for _, key := range del {
+		if slices.ContainsFunc(set, func(t codexTrust) bool { return t.Key == key }) {
+			continue
+		}
+		if _, ok := state[key]; !ok {
+			continue
+		}
+		next, ok := removeTable(text, key)
+		if !ok {
+			return nil, false, fmt.Errorf("%s: cannot remove hooks.state.%s (not a table of its own); remove it by hand", path, tomlQuote(key))
+		}
+		text = next
+		delete(want, key)
+		changes = append(changes, "removed Codex's trust of "+key)
+	}
+	for _, t := range set {
+		cur, _ := state[t.Key].(map[string]any)
+		if cur != nil && cur["trusted_hash"] == t.Hash {
+			continue
+		}
+		next, ok := setTrustedHash(text, t.Key, t.Hash)
+		if !ok {
+			if cur != nil {
+				return nil, false, fmt.Errorf("%s: cannot edit hooks.state.%s (not a table of its own); set its trusted_hash = %q by hand", path, tomlQuote(t.Key), t.Hash)
+			}
+			next = appendTable(text, t.Key, t.Hash)
+		}
+		text = next
+		entry := maps.Clone(cur)
+		if entry == nil {
+			entry = map[string]any{}
+		}
+		entry["trusted_hash"] = t.Hash
+		want[t.Key] = entry
+		changes = append(changes, "trusted "+t.Key)
+	}
+	if text == string(old) {
+		return nil, false, nil
+	}
+	// The edit must change exactly the intended entries.
+	after := map[string]any{}
+	if _, err := toml.Decode(text, &after); err != nil {
+		return nil, false, fmt.Errorf("%s: adding Vigil's hook trust would make it invalid TOML (%w); add the [hooks.state] entries by hand", path, err)
+	}
+	expect := maps.Clone(before)
+	setCodexState(expect, want)
+	if !reflect.DeepEqual(normalizeTOML(expect), normalizeTOML(after)) {
+		return nil, false, fmt.Errorf("%s: could not add Vigil's hook trust without changing other settings; add the [hooks.state] entries by hand", path)
+	}
+	if err := writeFile(path, []byte(text)); err != nil {
+		return nil, false, err
+	}
+	return changes, true, nil
+}
+
+// codexState is the hooks.state table of a decoded config.toml.
+func codexState(cfg map[string]any) map[string]any {
+	hooks, _ := cfg["hooks"].(map[string]any)
+	state, _ := hooks["state"].(map[string]any)
+	if state == nil {
+		return map[string]any{}
+	}
+	return state
+}
+
+func setCodexState(cfg map[string]any, state map[string]any) {
+	hooks, _ := cfg["hooks"].(map[string]any)
+	hooks = maps.Clone(hooks)
+	if hooks == nil {
+		hooks = map[string]any{}
+	}
+	if len(state) == 0 {
+		delete(hooks, "state")
+	} else {
+		hooks["state"] = state
+	}
+	if len(hooks) == 0 {
+		delete(cfg, "hooks")
+	} else {
+		cfg["hooks"] = hooks
+	}
+}
+
+// normalizeTOML drops empty tables, which a removed [hooks.state."…"] may leave behind
+// or take away without changing what Codex reads.
+func normalizeTOML(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range t {
+			x = normalizeTOML(x)
+			if m, ok := x.(map[string]any); ok && len(m) == 0 {
+				continue
+			}
+			out[k] = x
+		}
+		return out
+	case []map[string]any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = normalizeTOML(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = normalizeTOML(x)
+		}
+		return out
+	}
+	return v
+}
+
+// tomlQuote renders s as a TOML basic string.
+func tomlQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// tableSpan finds the [hooks.state."KEY"] table in text: the byte offsets of its header
+// line and of the end of its body (the next table header or the end of the text).
+func tableSpan(text, key string) (start, bodyStart, end int, ok bool) {
+	want := []string{"hooks", "state", key}
+	offset := 0
+	for offset < len(text) {
+		lineEnd := strings.IndexByte(text[offset:], '\n')
+		next := len(text)
+		if lineEnd >= 0 {
+			next = offset + lineEnd + 1
+		}
+		line := text[offset:next]
+		if parts, isHeader := tableHeader(line); isHeader {
+			if ok {
+				return start, bodyStart, offset, true
+			}
+			if slices.Equal(parts, want) {
+				start, bodyStart, ok = offset, next, true
+			}
+		}
+		offset = next
+	}
+	return start, bodyStart, len(text), ok
+}
+
+// tableHeader parses a "[a.b."c"]" line (not an array of tables) into its key parts.
+func tableHeader(line string) ([]string, bool) {
+	s := strings.TrimSpace(line)
+	if !strings.HasPrefix(s, "[") || strings.HasPrefix(s, "[[") {
+		return nil, false
+	}
+	s = strings.TrimSpace(s[1:])
+	var parts []string
+	for {
+		var part string
+		switch {
+		case strings.HasPrefix(s, `"`):
+			i := 1
+			var b strings.Builder
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+					switch s[i] {
+					case 'n':
+						b.WriteByte('\n')
+					case 't':
+						b.WriteByte('\t')
+					case '"', '\\':
+						b.WriteByte(s[i])
+					default:
+						// Other escapes do not occur in the keys Vigil writes; a header
+						// that uses them is not one of ours.
+						return nil, true
+					}
+					continue
+				}
+				b.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, true
+			}
+			part, s = b.String(), s[i+1:]
+		case strings.HasPrefix(s, `'`):
+			i := strings.IndexByte(s[1:], '\'')
+			if i < 0 {
+				return nil, true
+			}
+			part, s = s[1:1+i], s[i+2:]
+		default:
+			i := strings.IndexFunc(s, func(r rune) bool {
+				return !(r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+			})
+			if i <= 0 {
+				return nil, true
+			}
+			part, s = s[:i], s[i:]
+		}
+		parts = append(parts, part)
+		s = strings.TrimSpace(s)
+		switch {
+		case strings.HasPrefix(s, "."):
+			s = strings.TrimSpace(s[1:])
+		case strings.HasPrefix(s, "]"):
+			rest := strings.TrimSpace(s[1:])
+			if rest != "" && !strings.HasPrefix(rest, "#") {
+				return nil, true
+			}
+			return parts, true
+		default:
+			return nil, true
+		}
+	}
+}
+
+// setTrustedHash sets trusted_hash in an existing [hooks.state."KEY"] table of text.
+func setTrustedHash(text, key, hash string) (string, bool) {
+	_, bodyStart, end, ok := tableSpan(text, key)
+	if !ok {
+		return "", false
+	}
+	line := "trusted_hash = " + tomlQuote(hash) + "\n"
+	body := text[bodyStart:end]
+	offset := 0
+	for offset < len(body) {
+		next := len(body)
+		if i := strings.IndexByte(body[offset:], '\n'); i >= 0 {
+			next = offset + i + 1
+		}
+		if k, _, found := strings.Cut(body[offset:next], "="); found && strings.Trim(strings.TrimSpace(k), `"'`) == "trusted_hash" {
+			return text[:bodyStart+offset] + line + text[bodyStart+next:], true
+		}
+		offset = next
+	}
+	return text[:bodyStart] + line + text[bodyStart:], true
+}
+
+// removeTable removes the [hooks.state."KEY"] table (header and body) from text. Comments
+// and blank lines at the end of its body stay: they may introduce the next table.
+func removeTable(text, key string) (string, bool) {
+	start, bodyStart, end, ok := tableSpan(text, key)
+	if !ok {
+		return "", false
+	}
+	for end > bodyStart {
+		prev := strings.LastIndexByte(text[bodyStart:end-1], '\n') + 1 + bodyStart
+		if l := strings.TrimSpace(text[prev:end]); l != "" && !strings.HasPrefix(l, "#") {
+			break
+		}
+		end = prev
+	}
+	head := text[:start]
+	if strings.TrimSpace(text[end:]) == "" {
+		// The last table: no blank lines left dangling at the end of the file.
+		head = strings.TrimRight(head, "\n") + "\n"
+		if strings.TrimSpace(head) == "" {
+			head = ""
+		}
+	}
+	return head + text[end:], true
+}
+
+// appendTable adds a [hooks.state."KEY"] table at the end of text.
+func appendTable(text, key, hash string) string {
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	if text != "" {
+		text += "\n"
+	}
+	return text + "[hooks.state." + tomlQuote(key) + "]\ntrusted_hash = " + tomlQuote(hash) + "\n"
+}
+
+// CodexProjectTrusted reports whether the user's Codex config trusts the project at dir
+// (or a directory above it): Codex loads a project's hooks only then.
+func CodexProjectTrusted(codexHome, dir string) bool {
+	cfg := map[string]any{}
+	if _, err := toml.DecodeFile(filepath.Join(codexHome, "config.toml"), &cfg); err != nil {
+		return false
+	}
+	projects, _ := cfg["projects"].(map[string]any)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if p, _ := projects[d].(map[string]any); p != nil && p["trust_level"] == "trusted" {
+			return true
+		}
+		if filepath.Dir(d) == d {
+			return false
+		}
+	}
+}
