@@ -122,8 +122,10 @@ bench: build
 
 ## screenshots: the README's tour pictures (docs/img/tour-*.png) from the real console: a
 ## temporary `vigil serve`, agents over /aos, chromium. Opt-in: not part of `make test`.
-screenshots: build
-	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil node e2e/screenshots.mjs $(CURDIR)/docs/img
+## Its binary is built without the git version, so the pictures do not name a commit.
+screenshots: frontend/dist/index.html
+	$(GO) build -o bin/vigil-screenshots .
+	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil-screenshots node e2e/screenshots.mjs $(CURDIR)/docs/img
 
 clean:
 	rm -rf bin frontend/node_modules

@@ -186,9 +186,14 @@ await guardian.stop();
 
 // Shrink the PNGs when a tool for it is installed; keep them as they are otherwise.
 for (const file of written) {
-  for (const [tool, args] of [['pngquant', ['--force', '--skip-if-larger', '--quality=70-95', '--output', file, file]], ['optipng', ['-quiet', '-o2', file]]]) {
+  /** @type {[string, string[]][]} */
+  const shrinkers = [
+    ['pngquant', ['--force', '--skip-if-larger', '--quality=70-95', '--output', file, file]],
+    ['optipng', ['-quiet', '-o2', file]],
+  ];
+  for (const [tool, args] of shrinkers) {
     try {
-      execFileSync(tool, /** @type {string[]} */ (args), { stdio: 'ignore' });
+      execFileSync(tool, args, { stdio: 'ignore' });
     } catch {
       // not installed, or the file was already smaller: keep it
     }
