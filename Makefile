@@ -11,7 +11,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
 
-.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench screenshots deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -120,6 +120,13 @@ bench: build
 		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
 	done
 	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 3
+
+## screenshots: the README's tour pictures (docs/img/tour-*.png) from the real console: a
+## temporary `vigil serve`, agents over /aos, chromium. Opt-in: not part of `make test`.
+## Its binary is built without the git version, so the pictures do not name a commit.
+screenshots: frontend/dist/index.html
+	$(GO) build -o bin/vigil-screenshots .
+	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil-screenshots node e2e/screenshots.mjs $(CURDIR)/docs/img
 
 clean:
 	rm -rf bin frontend/node_modules

@@ -169,7 +169,7 @@ Usage:
                                 run an MCP stdio server behind Vigil (what an MCP client launches)
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
-  vigil completion bash|zsh|fish  shell completion script (see the README)
+  vigil completion bash|zsh|fish  shell completion script (see docs/operations.md)
   vigil version                 print the version
   vigil help                    this text (also -h, --help)
 
@@ -178,7 +178,7 @@ desktop window takes the same). Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_A
 
 Exit codes: 0 success, 1 failure (a rule test failed, the server could not start or
 stopped with an error), 2 bad usage (unknown command or flag). 'vigil hook' exits as the
-coding agent expects (see the README).
+coding agent expects (see docs/coding-agents.md).
 `)
 }
 

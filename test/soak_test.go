@@ -186,7 +186,7 @@ func TestSoak(t *testing.T) {
 	dbCount, dbSum, dbMin, dbMax := stepSeqs(t, dbPath)
 	require.NoError(t, sqlite.IntegrityCheck(context.Background(), dbPath))
 
-	// The report: numbers for the README.
+	// The report: numbers for docs/testing.md.
 	rss := make([]int64, len(samples))
 	for i, s := range samples {
 		rss[i] = s.rssKB
