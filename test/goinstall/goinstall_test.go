@@ -61,9 +61,11 @@ func TestGoInstallServesConsole(t *testing.T) {
 		}
 	}
 	proxies = append(proxies, "https://proxy.golang.org")
-	// A fixed place, emptied first: the build cache keys packages by their directory, so a
-	// new directory each run would compile every dependency again (a minute more).
-	gopath := filepath.Join(os.TempDir(), "vigil-goinstall")
+	// A fixed place per checkout, emptied first: the build cache keys packages by their
+	// directory, so a new directory each run would compile every dependency again (a minute
+	// more). Named after the checkout so that two checkouts on one machine do not collide.
+	rootSum := sha256.Sum256([]byte(root))
+	gopath := filepath.Join(os.TempDir(), "vigil-goinstall-"+hex.EncodeToString(rootSum[:4]))
 	require.NoError(t, os.RemoveAll(gopath))
 	t.Cleanup(func() { _ = os.RemoveAll(gopath) })
 	gobin := filepath.Join(gopath, "bin")
