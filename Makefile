@@ -91,7 +91,7 @@ test-go: $(UI_DIST)/index.html
 	$(GO) test -race -count=1 -tags no_ui -run 'TestConsole|TestNoUI' . ./ui/
 
 ## test-goinstall: `go install github.com/vigil-guardian/vigil@latest` from a module proxy made
-## of the working tree, into an empty module cache, serves the committed console (about 25 s
+## of the working tree, into an empty module cache, serves the committed console (15-35 s
 ## once the build cache is warm; other modules come from the local cache or proxy.golang.org).
 test-goinstall:
 	VIGIL_GOINSTALL=1 $(GO) test -count=1 -v -timeout 15m ./test/goinstall/
