@@ -10,8 +10,10 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
+# The built console, committed so that `go install` embeds it (package ui).
+UI_DIST := ui/dist
 
-.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench screenshots deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend ui-check test lint test-go test-goinstall fuzz systest memtest test-frontend e2e smoke test-agents bench screenshots deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -21,16 +23,19 @@ run:
 		$(MAKE) --no-print-directory build && exec ./bin/vigil serve; \
 	fi
 
-## build: the headless-capable binary (no WebKit needed) with the console embedded.
-build: frontend/dist/index.html
+## build: the headless-capable binary (no WebKit needed) with the console embedded
+## (rebuilt first when frontend/ changed and npm is there; else the committed ui/dist).
+build: $(UI_DIST)/index.html
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/vigil .
 
 ## desktop: the binary with the desktop window (needs GTK and WebKitGTK headers).
-desktop: frontend/dist/index.html
+desktop: $(UI_DIST)/index.html
 	bash scripts/deps-desktop.sh build
 	$(GO) build -tags $(DESKTOP_TAGS) -ldflags '$(LDFLAGS)' -o bin/vigil .
 
-frontend: frontend/dist/index.html
+## frontend: rebuild the console into ui/dist (commit the result with the sources).
+frontend: deps-frontend
+	cd frontend && $(NPM) run build
 
 frontend/node_modules/.stamp: frontend/package.json frontend/package-lock.json
 	@command -v $(NPM) >/dev/null || { echo "npm is required to build the console (apt-get install nodejs npm)"; exit 1; }
@@ -40,8 +45,15 @@ frontend/node_modules/.stamp: frontend/package.json frontend/package-lock.json
 	done
 	touch $@
 
-frontend/dist/index.html: frontend/node_modules/.stamp $(FE_SRC)
-	cd frontend && $(NPM) run build
+# Without npm the committed console is used as it is: a clean clone builds with Go alone.
+$(UI_DIST)/index.html: $(FE_SRC)
+	@if command -v $(NPM) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory frontend; \
+	else echo "npm not found: embedding the committed console in $(UI_DIST) as it is"; fi
+
+## ui-check: fail when the committed console is not what frontend/ builds to.
+ui-check: deps-frontend
+	NPM=$(NPM) bash scripts/ui-check.sh
 
 deps-frontend: frontend/node_modules/.stamp
 
@@ -64,17 +76,26 @@ deps-test: deps-frontend test/mcp/node_modules/.stamp
 
 ## test: lint, Go tests with -race, bounded fuzzing, frontend unit and browser tests,
 ## and the desktop smoke test.
-test: deps-test lint test-go fuzz systest test-frontend e2e smoke
+test: deps-test ui-check lint test-go test-goinstall fuzz systest test-frontend e2e smoke
 
-lint: frontend/dist/index.html
+lint: $(UI_DIST)/index.html
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './frontend/*')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags no_ui . ./ui/
 	$(GOBIN)/staticcheck ./...
+	$(GOBIN)/staticcheck -tags no_ui . ./ui/
 
 # VIGIL_REQUIRE_POSTGRES: the PostgreSQL tests fail, not skip, when the server is missing.
-test-go: frontend/dist/index.html
+test-go: $(UI_DIST)/index.html
 	VIGIL_REQUIRE_POSTGRES=1 $(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags no_ui -run 'TestConsole|TestNoUI' . ./ui/
+
+## test-goinstall: `go install github.com/vigil-guardian/vigil@latest` from a module proxy made
+## of the working tree, into an empty module cache, serves the committed console (15-35 s
+## once the build cache is warm; other modules come from the local cache or proxy.golang.org).
+test-goinstall:
+	VIGIL_GOINSTALL=1 $(GO) test -count=1 -v -timeout 15m ./test/goinstall/
 
 fuzz:
 	@bash scripts/fuzz.sh $(FUZZTIME)
@@ -105,7 +126,7 @@ test-agents: build
 
 ## smoke: the desktop window under Xvfb (skipped, saying so, when its packages cannot be
 ## installed: not root and not present).
-smoke: frontend/dist/index.html
+smoke: $(UI_DIST)/index.html
 	@if bash scripts/deps-desktop.sh all; then \
 		$(GO) build -tags $(DESKTOP_TAGS) -ldflags '$(LDFLAGS)' -o bin/vigil-desktop . && \
 		bash scripts/desktop-smoke.sh bin/vigil-desktop bin/desktop-smoke.png; \
@@ -124,10 +145,9 @@ bench: build
 ## screenshots: the README's tour pictures (docs/img/tour-*.png) from the real console: a
 ## temporary `vigil serve`, agents over /aos, chromium. Opt-in: not part of `make test`.
 ## Its binary is built without the git version, so the pictures do not name a commit.
-screenshots: frontend/dist/index.html
+screenshots: $(UI_DIST)/index.html
 	$(GO) build -o bin/vigil-screenshots .
 	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil-screenshots node e2e/screenshots.mjs $(CURDIR)/docs/img
 
 clean:
-	rm -rf bin frontend/node_modules
-	find frontend/dist -mindepth 1 ! -name .gitkeep -delete 2>/dev/null || true
+	rm -rf bin frontend/node_modules frontend/dist

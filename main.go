@@ -4,12 +4,10 @@ package main
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -25,9 +23,6 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
 )
-
-//go:embed all:frontend/dist
-var embedded embed.FS
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "0.1.0-dev"
@@ -349,14 +344,6 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-func uiFS() fs.FS {
-	sub, err := fs.Sub(embedded, "frontend/dist")
-	if err != nil {
-		return nil
-	}
-	return sub
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {

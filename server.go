@@ -26,6 +26,7 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/ui"
 )
 
 // server is a running guardian: its listener, HTTP server and everything it owns.
@@ -286,7 +287,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}, guardian.Options{
 		Store:     db,
 		Logger:    log,
-		UI:        uiFS(),
+		UI:        ui.FS(),
 		Publisher: obs.fan,
 		Holds:     guardian.ManagerHolds{M: hm},
 		Policy:    policy,

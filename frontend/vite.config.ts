@@ -17,8 +17,10 @@ export default defineConfig({
   // Relative asset URLs: the same build is served by `vigil serve` and by the desktop window.
   base: './',
   build: {
-    outDir: 'dist',
-    // public/.gitkeep is copied back into dist, so emptying it keeps the placeholder.
+    // The built console is committed in ui/dist and embedded by the ui package, so a plain
+    // `go install` serves it without Node. The build is reproducible (same sources, same
+    // bytes), which is what lets `make ui-check` compare the committed copy with a fresh one.
+    outDir: '../ui/dist',
     emptyOutDir: true,
     target: 'es2022',
     reportCompressedSize: true,

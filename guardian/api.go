@@ -333,7 +333,8 @@ func intParam(w http.ResponseWriter, raw, name string, def, lo, hi int) (int, bo
 }
 
 // uiHandler serves the embedded console. Unknown paths get index.html so the client-side
-// router can handle them; a build without the frontend gets a short explanatory page.
+// router can handle them; a no_ui build (nil ui) gets a short page saying the console is not
+// built in.
 func uiHandler(ui fs.FS) http.Handler {
 	if ui != nil {
 		if _, err := fs.Stat(ui, "index.html"); err != nil {
@@ -346,7 +347,8 @@ func uiHandler(ui fs.FS) http.Handler {
 			_, _ = w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>Vigil</title>` +
 				`<body style="font-family:system-ui;margin:3rem"><h1>Vigil</h1>` +
 				`<p>The guardian is running; its AOS endpoint is <code>/aos</code>.</p>` +
-				`<p>This binary was built without the console UI. Build it with <code>make build</code>.</p>`))
+				`<p>The console is not built into this binary (it was built with the <code>no_ui</code> tag). ` +
+				`<code>go install github.com/vigil-guardian/vigil@latest</code> or <code>make build</code> gives the whole console.</p>`))
 		})
 	}
 	files := http.FileServerFS(ui)

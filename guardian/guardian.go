@@ -85,7 +85,8 @@ type Options struct {
 	Logger    *slog.Logger
 	// Now is the clock; tests pass a fixed one.
 	Now func() time.Time
-	// UI is the console's static files (the embedded frontend/dist); nil serves a short page.
+	// UI is the console's static files (ui.FS: the committed ui/dist); nil (a no_ui build)
+	// serves a short page saying the console is not built in.
 	UI fs.FS
 	// Mount adds further routes (rules, holds, live) to the mux.
 	Mount []func(mux *http.ServeMux)

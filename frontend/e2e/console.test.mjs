@@ -1,6 +1,6 @@
 // Browser end-to-end tests of the console against a running guardian.
 //   VIGIL_BIN=/path/to/vigil npm run e2e      (the real binary, with the console embedded)
-//   VIGIL_MOCK=1 npm run e2e                  (the mock guardian serving dist/)
+//   VIGIL_MOCK=1 npm run e2e                  (the mock guardian serving ui/dist)
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';

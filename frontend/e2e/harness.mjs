@@ -38,7 +38,7 @@ export async function startGuardian(opts = {}) {
   const mock = process.env.VIGIL_MOCK === '1';
   if (!bin && !mock) throw new Error('Set VIGIL_BIN to the built vigil binary (or VIGIL_MOCK=1 to use the mock guardian in e2e/mock).');
   if (bin && !existsSync(bin)) throw new Error(`VIGIL_BIN=${bin} does not exist`);
-  if (!bin && !existsSync(join(here, '..', 'dist', 'index.html'))) throw new Error('The mock serves the built console: run `npm run build` first.');
+  if (!bin && !existsSync(join(here, '..', '..', 'ui', 'dist', 'index.html'))) throw new Error('The mock serves the built console (ui/dist): run `npm run build` first.');
   const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
   const port = await freePort();
   const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', opts.rules ?? RULES_FIXTURE, ...(opts.extraArgs ?? [])];

@@ -7,7 +7,7 @@
 //   node e2e/mock/server.mjs serve --addr 127.0.0.1:0 --db /tmp/x.db --rules rules.json
 //     [--seed-sessions N --seed-steps M]  demo data (compact, so a million steps fit)
 //     [--simulate]                       a few agents posting steps continuously
-//     [--dist DIR]                       serve the built console (default: ../../dist)
+//     [--dist DIR]                       serve the built console (default: the committed ui/dist)
 
 import { randomUUID } from 'node:crypto';
 import { readFileSync, existsSync, statSync } from 'node:fs';
@@ -33,7 +33,7 @@ function flag(name, def = '') {
 const errText = (e) => (e instanceof Error ? e.message : String(e));
 const addr = flag('addr', '127.0.0.1:7878');
 const rulesFile = flag('rules', '');
-const distDir = resolve(flag('dist', join(here, '..', '..', 'dist')));
+const distDir = resolve(flag('dist', join(here, '..', '..', '..', 'ui', 'dist')));
 const seedSessions = Number(flag('seed-sessions', '0'));
 const seedSteps = Number(flag('seed-steps', '0'));
 const simulate = flag('simulate', '') === 'true';
