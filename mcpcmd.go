@@ -24,15 +24,17 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/auth"
 )
 
-const mcpUsage = `usage: vigil mcp wrap [--guardian URL] [--name NAME] [--on-guardian-error deny|allow] -- CMD ARGS...`
+const mcpUsage = `usage: vigil mcp wrap [--guardian URL] [--name NAME] [--on-guardian-error deny|allow] [--show-denied] -- CMD ARGS...`
 
 // mcpWrapConfig is the configuration of `vigil mcp wrap`.
 type mcpWrapConfig struct {
 	Guardian        string
 	Name            string
 	OnGuardianError string
-	APIKey          string
-	Command         []string
+	// ShowDenied keeps in tools/list answers the tools a rule denies outright.
+	ShowDenied bool
+	APIKey     string
+	Command    []string
 }
 
 // parseMCPWrap reads the flags of `vigil mcp wrap`, VIGIL_* variables first.
@@ -47,7 +49,9 @@ func parseMCPWrap(args []string, stderr io.Writer) (mcpWrapConfig, error) {
 	fset.StringVar(&cfg.Guardian, "guardian", "http://127.0.0.1:7878", "the guardian's URL (VIGIL_URL)")
 	fset.StringVar(&cfg.Name, "name", "", "the server's name in Vigil's sessions (VIGIL_NAME; default: the command's base name)")
 	fset.StringVar(&cfg.OnGuardianError, "on-guardian-error", mcp.OnErrorDeny, "what happens to a judged message when the guardian cannot be asked: deny or allow")
-	env := map[string]string{"guardian": "VIGIL_URL"}
+	fset.BoolVar(&cfg.ShowDenied, "show-denied", false, "keep in tools/list the tools a rule denies outright (VIGIL_MCP_SHOW_DENIED; by default they are hidden)")
+	// --show-denied reads the variable of serve's --mcp-show-denied: one setting for both.
+	env := map[string]string{"guardian": "VIGIL_URL", "show-denied": "VIGIL_MCP_SHOW_DENIED"}
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
 		key, ok := env[f.Name]
@@ -136,9 +140,14 @@ func mcpWrap(ctx context.Context, cfg mcpWrapConfig, stdin io.Reader, stdout, st
 	if cfg.APIKey != "" {
 		opts = append(opts, aos.WithAPIKey(cfg.APIKey))
 	}
-	client := aos.NewClient(strings.TrimRight(cfg.Guardian, "/")+"/aos", opts...)
-	sess := mcp.NewSession(mcp.SessionConfig{ID: "mcp-" + cfg.Name + "-" + randomID(), Upstream: cfg.Name,
-		Judge: mcp.Remote(client), OnError: cfg.OnGuardianError})
+	base := strings.TrimRight(cfg.Guardian, "/")
+	client := aos.NewClient(base+"/aos", opts...)
+	scfg := mcp.SessionConfig{ID: "mcp-" + cfg.Name + "-" + randomID(), Upstream: cfg.Name,
+		Judge: mcp.Remote(client), OnError: cfg.OnGuardianError}
+	if !cfg.ShowDenied {
+		scfg.Hides = mcp.HidesRemote(aos.NewClient(base+guardian.PreviewPath, opts...))
+	}
+	sess := mcp.NewSession(scfg)
 
 	// A signal for Vigil is a signal for the server: it decides how to end.
 	go func() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
@@ -42,6 +43,14 @@ func TestMCPWrapFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, mcpWrapConfig{Guardian: "http://vigil.example:7878", Name: "npx", OnGuardianError: "allow",
 		APIKey: "k1", Command: []string{"/usr/bin/npx", "-y", "srv"}}, cfg)
+	cfg, err = parseMCPWrap([]string{"--show-denied", "--", "srv"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.ShowDenied)
+	// One variable for serve's --mcp-show-denied and wrap's --show-denied.
+	t.Setenv("VIGIL_MCP_SHOW_DENIED", "true")
+	cfg, err = parseMCPWrap([]string{"--", "srv"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.ShowDenied)
 	for _, bad := range [][]string{{}, {"--on-guardian-error", "maybe", "--", "x"}, {"--name", "a b", "--", "x"}} {
 		_, err := parseMCPWrap(bad, io.Discard)
 		require.Error(t, err, bad)
@@ -105,4 +114,25 @@ func TestMCPGatewayTeamMode(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"serverInfo"`)
 	require.Equal(t, "Bearer sk-upstream|", <-gotAuth)
+
+	// The dry run vigil mcp wrap asks authenticates as /aos does: the agent key as a bearer.
+	preview := func(key string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+guardian.PreviewPath, strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body = preview("")
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	require.Contains(t, body, `"code":-32004`)
+	code, body = preview(key)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"preview":true`)
 }

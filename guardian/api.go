@@ -20,6 +20,7 @@ import (
 func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/aos", g.handleAOS)
+	mux.HandleFunc(PreviewPath, g.handlePreview)
 	mux.HandleFunc("GET /api/info", g.handleInfo)
 	mux.HandleFunc("GET /api/sessions", g.handleSessions)
 	mux.HandleFunc("GET /api/sessions/{id}", g.handleSession)
@@ -88,7 +89,7 @@ func SecurityHeaders(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		// The older header for browsers without frame-ancestors.
 		h.Set("X-Frame-Options", "DENY")
-		if p := r.URL.Path; p == "/aos" || strings.HasPrefix(p, "/api/") || p == "/metrics" {
+		if p := r.URL.Path; p == "/aos" || p == PreviewPath || strings.HasPrefix(p, "/api/") || p == "/metrics" {
 			h.Set("Content-Security-Policy", apiCSP)
 		} else {
 			h.Set("Content-Security-Policy", fmt.Sprintf(consoleCSP, liveSources(r.Host)))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/record"
@@ -263,7 +264,39 @@ func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.T
 			}
 		}
 	}
+	if step.MCP != nil {
+		// The session shows who talks to whom: the client and server as they introduced
+		// themselves at initialize.
+		rec.Client = peerOf(step.MCP.Meta["clientInfo"])
+		rec.Server = peerOf(step.MCP.Meta["serverInfo"])
+	}
 	return rec
+}
+
+// maxPeerField bounds a peer's name and version as stored: they are whatever the client and
+// server chose to send, and are kept with every step and session.
+const maxPeerField = 200
+
+// peerOf reads an MCP Implementation ({"name","version",…}); nil without a name.
+func peerOf(v any) *record.Peer {
+	m, _ := v.(map[string]any)
+	name, _ := m["name"].(string)
+	if name == "" {
+		return nil
+	}
+	version, _ := m["version"].(string)
+	return &record.Peer{Name: truncateUTF8(name, maxPeerField), Version: truncateUTF8(version, maxPeerField)}
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // buildModification turns a modify verdict's params into the whole modified request. A

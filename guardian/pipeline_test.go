@@ -3,6 +3,8 @@ package guardian_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -101,4 +104,43 @@ func TestDecideStepRefusesPing(t *testing.T) {
 	g, _ := newPipeline(t, guardian.Options{})
 	_, _, err := g.DecideStep(context.Background(), parse(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`), guardian.RequestMeta{})
 	require.Error(t, err)
+}
+
+// An MCP step names its session's client and server (the gateway's _meta.clientInfo and
+// serverInfo): the stored step carries them, and the console API's session shows them.
+func TestMCPStepNamesClientAndServer(t *testing.T) {
+	g, db := newPipeline(t, guardian.Options{})
+	long := string(make([]byte, 300)) + "é"
+	step := func(meta string) *aos.Step {
+		return parse(t, `{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"message":{"jsonrpc":"2.0","id":3,`+
+			`"method":"tools/call","params":{"name":"echo","arguments":{}}},"_meta":{"sessionId":"mcp-x-1"`+meta+`}}}`)
+	}
+	ctx := context.Background()
+	_, rec, err := g.DecideStep(ctx, step(`,"clientInfo":{"name":"claude-code","version":"2.1.0"},"serverInfo":{"name":"mcp-servers/everything","version":"2.0.0","title":"Everything"}`),
+		guardian.RequestMeta{Protocol: guardian.ProtocolMCP})
+	require.NoError(t, err)
+	require.Equal(t, &record.Peer{Name: "claude-code", Version: "2.1.0"}, rec.Client)
+	require.Equal(t, &record.Peer{Name: "mcp-servers/everything", Version: "2.0.0"}, rec.Server)
+	// Not an Implementation, or none: no peer; a huge name is cut.
+	_, rec, err = g.DecideStep(ctx, step(`,"clientInfo":"claude","serverInfo":{"name":"`+long[:0]+`x`+`","version":7}`), guardian.RequestMeta{})
+	require.NoError(t, err)
+	require.Nil(t, rec.Client)
+	require.Equal(t, &record.Peer{Name: "x"}, rec.Server)
+	b, _ := json.Marshal(long)
+	_, rec, err = g.DecideStep(ctx, step(`,"clientInfo":{"name":`+string(b)+`}`), guardian.RequestMeta{})
+	require.NoError(t, err)
+	require.Len(t, rec.Client.Name, 200)
+
+	s, err := db.Session(ctx, "mcp-x-1")
+	require.NoError(t, err)
+	require.Equal(t, "x", s.Server.Name)
+	require.Len(t, s.Client.Name, 200)
+
+	h := g.Handler()
+	for _, path := range []string{"/api/sessions/mcp-x-1", "/api/sessions"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, w.Code)
+		require.Contains(t, w.Body.String(), `"server":{"name":"x"}`, path)
+	}
 }

@@ -193,17 +193,33 @@ const (
 func (s *sessionState) admit(agentID, keyID, keyAgent string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ownerKey != "" && keyID != s.ownerKey {
-		return notOwnerKey
-	}
-	if claimed := cmp.Or(agentID, keyAgent); s.ownerAgent != "" && claimed != "" && claimed != s.ownerAgent {
-		return notOwnerAgent
+	if refused := s.refusal(agentID, keyID, keyAgent); refused != "" {
+		return refused
 	}
 	if s.ownerKey == "" && keyID != "" {
 		s.ownerKey = keyID
 	}
 	if s.ownerAgent == "" && agentID != "" {
 		s.ownerAgent = strings.Clone(agentID) // it may share the request's memory
+	}
+	return ""
+}
+
+// mayJoin is admit without claiming the session: why a step would be refused, "" when it
+// would not (a preview, which adds nothing to the session).
+func (s *sessionState) mayJoin(agentID, keyID, keyAgent string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusal(agentID, keyID, keyAgent)
+}
+
+// refusal is why a step may not join the session. s.mu is held.
+func (s *sessionState) refusal(agentID, keyID, keyAgent string) string {
+	if s.ownerKey != "" && keyID != s.ownerKey {
+		return notOwnerKey
+	}
+	if claimed := cmp.Or(agentID, keyAgent); s.ownerAgent != "" && claimed != "" && claimed != s.ownerAgent {
+		return notOwnerAgent
 	}
 	return ""
 }

@@ -34,6 +34,8 @@ func AppendStepFields(b []byte, rec *StepRecord) []byte {
 	b = appendOptString(b, `,"agentName":`, rec.AgentName)
 	b = appendOptString(b, `,"userId":`, rec.UserID)
 	b = appendOptString(b, `,"keyId":`, rec.KeyID)
+	b = appendPeer(b, `,"client":`, rec.Client)
+	b = appendPeer(b, `,"server":`, rec.Server)
 	b = appendOptString(b, `,"tool":`, rec.Tool)
 	b = append(b, `,"decision":`...)
 	b = AppendJSONString(b, rec.Decision)
@@ -114,6 +116,18 @@ func CutText(s string, n int) string {
 func AppendStepPrefix(b []byte, seq int64) []byte {
 	b = append(b, `{"seq":`...)
 	return strconv.AppendInt(b, seq, 10)
+}
+
+// appendPeer appends key and p as encoding/json writes a *Peer, nothing for nil.
+func appendPeer(b []byte, key string, p *Peer) []byte {
+	if p == nil {
+		return b
+	}
+	b = append(b, key...)
+	b = append(b, `{"name":`...)
+	b = AppendJSONString(b, p.Name)
+	b = appendOptString(b, `,"version":`, p.Version)
+	return append(b, '}')
 }
 
 func appendOptString(b []byte, key, s string) []byte {

@@ -30,6 +30,11 @@ type StepRecord struct {
 	UserID    string `json:"userId,omitempty"`
 	// KeyID is the id of the API key the step's request authenticated with; empty without.
 	KeyID string `json:"keyId,omitempty"`
+	// Client and Server are the programs at the two ends of the gateway session the step
+	// came through, as they name themselves (an MCP session's clientInfo and serverInfo);
+	// nil when unknown. The step's session keeps the newest.
+	Client *Peer `json:"client,omitempty"`
+	Server *Peer `json:"server,omitempty"`
 	// Tool is the tool id of a tool call, or the MCP tool name, when there is one.
 	Tool       string    `json:"tool,omitempty"`
 	Decision   string    `json:"decision"`
@@ -81,6 +86,16 @@ type Session struct {
 	Control string `json:"control"`
 	// PendingHolds counts the session's steps waiting for an operator.
 	PendingHolds int64 `json:"pendingHolds"`
+	// Client and Server are the newest Client and Server its steps named (an MCP session's
+	// clientInfo and serverInfo); nil when none did.
+	Client *Peer `json:"client,omitempty"`
+	Server *Peer `json:"server,omitempty"`
+}
+
+// Peer is a program at one end of a gateway session as it names itself.
+type Peer struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
 }
 
 // SessionQuery pages through sessions newest first (by last activity).

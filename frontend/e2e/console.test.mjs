@@ -80,6 +80,53 @@ describe('console', () => {
     await inspector.getByTestId('step-loading').waitFor({ state: 'detached' });
   });
 
+  test('an MCP session shows its client and server in the list and the session view, at 1440 and 390 px', async () => {
+    const mcpSession = `mcp-e2e-${Date.now().toString(36)}`;
+    await page.goto(`${guardian.url}/#/live`);
+    await page.getByTestId('live-status').getByText('Live', { exact: true }).waitFor();
+    // What vigil serve --mcp or vigil mcp wrap sends for a tools/call.
+    const r = await post(guardian.url, {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'protocols/MCP',
+      params: {
+        message: { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'echo', arguments: { message: 'hi' } } },
+        _meta: { sessionId: mcpSession, upstream: 'everything', clientInfo: { name: 'claude-code', version: '2.1.0' }, serverInfo: { name: 'mcp-servers/everything', version: '2.0.0' } },
+      },
+    });
+    assert.ok(r.result, JSON.stringify(r));
+    const row = page.locator(`[data-testid="session-row"][data-session="${mcpSession}"]`);
+    // Live first, then from GET /api/sessions after a reload.
+    for (const reload of [false, true]) {
+      if (reload) await page.reload();
+      await row.getByTestId('session-server').getByText('mcp-servers/everything 2.0.0').waitFor();
+      await row.getByText('claude-code 2.1.0', { exact: true }).waitFor();
+    }
+    await shot(page, 'mcp-01-session-list');
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      await row.getByTestId('session-server').waitFor();
+      const box = await row.boundingBox();
+      assert.ok(box && box.x + box.width <= 390 + 1, `the row fits in 390 px: ${JSON.stringify(box)}`);
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      assert.ok(wide <= 390, `nothing scrolls sideways (${wide} px)`);
+      await shot(page, 'mcp-02-session-list-390px');
+      await row.click();
+      await page.getByTestId('session-peers').getByText('mcp-servers/everything 2.0.0').waitFor();
+      await shot(page, 'mcp-03-session-390px');
+    } finally {
+      await page.setViewportSize({ width: 1440, height: 900 });
+    }
+    // The client is the title (the agent); the header adds the server, and names both on hover.
+    const peers = page.getByTestId('session-peers');
+    assert.equal((await peers.innerText()).replace(/\s+/g, ' ').trim(), 'server mcp-servers/everything 2.0.0');
+    assert.equal(await peers.getAttribute('title'), 'MCP client claude-code 2.1.0 → MCP server mcp-servers/everything 2.0.0');
+    await page.getByRole('heading', { name: 'claude-code 2.1.0' }).waitFor();
+    const head = await page.getByRole('heading', { name: 'claude-code 2.1.0' }).boundingBox();
+    assert.ok(head && head.height < 30, `the title stays on one line at 1440 px: ${JSON.stringify(head)}`);
+    await shot(page, 'mcp-04-session');
+  });
+
   test('a held step waits for an operator and the agent receives the approval', async () => {
     await page.goto(`${guardian.url}/#/held`);
     const who = { session: `${session}-hold`, step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' };

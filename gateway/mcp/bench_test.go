@@ -8,6 +8,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/aos"
 )
 
 // BenchmarkToolCall measures one tools/call of server-everything's echo with the Go SDK's
@@ -74,4 +77,44 @@ func BenchmarkToolCall(b *testing.B) {
 // wrapClient is wrap with the default error policy and no progress, for the benchmark.
 func wrapClient(b *testing.B, guardianURL, bin string) (*sdk.ClientSession, chan error) {
 	return wrap(b, guardianURL, OnErrorDeny, bin, "stdio")
+}
+
+// BenchmarkToolsListHiding measures one tools/list of server-everything through the stdio
+// relay, listing every tool and hiding the denied ones by asking the guardian's dry run
+// (POST /aos/preview on loopback, once per tool, as `vigil mcp wrap` does), and reports
+// the p50 of each.
+func BenchmarkToolsListHiding(b *testing.B) {
+	bin := nodeBin(b, "mcp-server-everything")
+	ctx := context.Background()
+	s := newStack(b, testRules, "http://127.0.0.1:1/mcp", Config{})
+	judge := Remote(aos.NewClient(s.url + "/aos"))
+	all, _ := wrapWith(b, SessionConfig{ID: "mcp-bench-all", Upstream: "everything", Judge: judge}, bin, "stdio")
+	hiding, _ := wrapWith(b, SessionConfig{ID: "mcp-bench-hide", Upstream: "everything", Judge: judge,
+		Hides: HidesRemote(aos.NewClient(s.url + guardian.PreviewPath))}, bin, "stdio")
+	list := func(cs *sdk.ClientSession) (time.Duration, int) {
+		start := time.Now()
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start), len(res.Tools)
+	}
+	var a, h []time.Duration
+	na, nh := 0, 0
+	b.ResetTimer()
+	for range b.N {
+		d, n := list(all)
+		a, na = append(a, d), n
+		d, n = list(hiding)
+		h, nh = append(h, d), n
+	}
+	b.StopTimer()
+	p50 := func(x []time.Duration) float64 {
+		slices.Sort(x)
+		return float64(x[len(x)/2].Microseconds())
+	}
+	b.ReportMetric(p50(a), "all-p50-µs")
+	b.ReportMetric(p50(h), "hiding-p50-µs")
+	b.ReportMetric(float64(na), "tools-listed")
+	b.ReportMetric(float64(nh), "tools-after-hiding")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -69,6 +70,35 @@ func HidesInProcess(p Previewer, meta func() guardian.RequestMeta) func(ctx cont
 		}
 		for _, m := range v.Matches {
 			if m.Error != "" {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// previewTimeout bounds one question to the guardian's dry run: a tools/list answer waits
+// for the answers, and a guardian that does not answer leaves the tool listed.
+const previewTimeout = 2 * time.Second
+
+// HidesRemote is HidesInProcess for a gateway out of process (vigil mcp wrap): c is a client
+// of the guardian's dry run (guardian.PreviewPath), which decides without storing or
+// holding. Any failure to ask keeps the tool listed: its calls are still judged.
+func HidesRemote(c *aos.Client) func(ctx context.Context, params []byte) bool {
+	return func(ctx context.Context, params []byte) bool {
+		ctx, cancel := context.WithTimeout(ctx, previewTimeout)
+		defer cancel()
+		res, err := c.Call(ctx, aos.MethodMCP, rawParams(params))
+		if err != nil || res.Decision != aos.Deny {
+			return false
+		}
+		if p, _ := res.Data["preview"].(bool); !p {
+			// Not a dry run's answer (an older guardian would have recorded a step).
+			return false
+		}
+		ms, _ := res.Data["matchedRules"].([]any)
+		for _, m := range ms {
+			if mm, ok := m.(map[string]any); !ok || mm["error"] != nil {
 				return false
 			}
 		}

@@ -363,8 +363,14 @@ func errorResponse(id json.RawMessage, code int, msg string) []byte {
 	return b
 }
 
+// hideBudget bounds how long one tools/list answer waits for Hides: past it the remaining
+// tools are listed (their calls are judged anyway).
+const hideBudget = 10 * time.Second
+
 // hideDenied returns the tools/list answer m without the tools Hides names.
 func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(ctx, hideBudget)
+	defer cancel()
 	var r map[string]json.RawMessage
 	if json.Unmarshal(m.Result, &r) != nil {
 		return nil, false
@@ -381,7 +387,7 @@ func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
 		if json.Unmarshal(t, &n) == nil && n.Name != "" {
 			call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 0, "method": "tools/call",
 				"params": map[string]any{"name": n.Name, "arguments": map[string]any{}}})
-			if params, err := s.stepParams(call, n.Name, false); err == nil && s.cfg.Hides(ctx, params) {
+			if params, err := s.stepParams(call, n.Name, false); err == nil && ctx.Err() == nil && s.cfg.Hides(ctx, params) {
 				continue
 			}
 		}

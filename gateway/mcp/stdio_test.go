@@ -17,13 +17,22 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // wrap is a client's view of `vigil mcp wrap`: the relay between the Go SDK's client and a
 // real server process, judged over HTTP by the guardian at guardianURL.
 func wrap(t testing.TB, guardianURL, onError string, argv ...string) (*sdk.ClientSession, chan error) {
+	t.Helper()
+	return wrapWith(t, SessionConfig{ID: "mcp-test-" + strings.ReplaceAll(t.Name(), "/", "-"), Upstream: "everything",
+		Judge: Remote(aos.NewClient(guardianURL + "/aos")), OnError: onError, ProgressEvery: 10 * time.Millisecond}, argv...)
+}
+
+// wrapWith is wrap with the session configured by cfg.
+func wrapWith(t testing.TB, cfg SessionConfig, argv ...string) (*sdk.ClientSession, chan error) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	serverIn, err := cmd.StdinPipe()
@@ -35,8 +44,7 @@ func wrap(t testing.TB, guardianURL, onError string, argv ...string) (*sdk.Clien
 
 	clientR, relayW := io.Pipe() // relay → client
 	relayR, clientW := io.Pipe() // client → relay
-	sess := NewSession(SessionConfig{ID: "mcp-test-" + strings.ReplaceAll(t.Name(), "/", "-"), Upstream: "everything",
-		Judge: Remote(aos.NewClient(guardianURL + "/aos")), OnError: onError, ProgressEvery: 10 * time.Millisecond})
+	sess := NewSession(cfg)
 	done := make(chan error, 1)
 	go func() {
 		err := Relay(context.Background(), sess, Pipes{ClientIn: relayR, ClientOut: relayW, ServerIn: serverIn, ServerOut: serverOut}, 0)
@@ -314,6 +322,57 @@ func TestStdioClientLeavesDuringHold(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("hold still %s", got.Status)
 		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Out of process, vigil mcp wrap hides the tools a rule denies outright by asking the
+// guardian's dry run; tools that are held or modified stay, and so does everything when
+// the dry run cannot be asked or showing denied tools is asked for.
+func TestStdioHidesDeniedTools(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-everything")
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	dead := httptest.NewServer(nil)
+	dead.Close()
+	cases := []struct {
+		name   string
+		hides  func(context.Context, []byte) bool
+		listed bool
+	}{
+		{"hidden", HidesRemote(aos.NewClient(s.url + guardian.PreviewPath)), false},
+		{"show denied", nil, true},
+		{"guardian unreachable", HidesRemote(aos.NewClient(dead.URL + guardian.PreviewPath)), true},
+		{"not a dry run", HidesRemote(aos.NewClient(s.url + "/aos")), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, _ := wrapWith(t, SessionConfig{ID: "mcp-hide-" + strings.ReplaceAll(c.name, " ", "-"), Upstream: "everything",
+				Judge: Remote(aos.NewClient(s.url + "/aos")), Hides: c.hides}, bin, "stdio")
+			tools, err := cs.ListTools(ctx, nil)
+			require.NoError(t, err)
+			names := map[string]bool{}
+			for _, tl := range tools.Tools {
+				names[tl.Name] = true
+			}
+			require.Equal(t, c.listed, names["get-env"], "get-env is denied outright")
+			require.True(t, names["get-sum"], "get-sum is held, not denied")
+			require.True(t, names["echo"], "echo is modified, not denied")
+			// A hidden tool called anyway is still refused.
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "get-env"})
+			require.NoError(t, err)
+			require.True(t, res.IsError)
+			require.Equal(t, "Denied by Vigil: The environment is private.", text(t, res))
+		})
+	}
+	// The dry runs stored nothing: only the four get-env calls are steps (and the
+	// "not a dry run" case's /aos answers).
+	page, err := s.db.Sessions(context.Background(), record.SessionQuery{})
+	require.NoError(t, err)
+	for _, ss := range page.Sessions {
+		if ss.ID != "mcp-hide-not-a-dry-run" {
+			require.EqualValues(t, 1, ss.Steps, ss.ID)
 		}
 	}
 }

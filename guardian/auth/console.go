@@ -51,14 +51,14 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	apijson.Error(w, e.status, e.code, e.message)
 }
 
-// Wrap applies AgentMiddleware to /aos and ConsoleMiddleware to everything else: the one
+// Wrap applies AgentMiddleware to /aos (and its dry run /aos/preview) and ConsoleMiddleware to everything else: the one
 // call needed around the guardian's whole handler. Behind a trusted proxy it first sets the
 // request's RemoteAddr to the client the proxy names.
 func (a *Auth) Wrap(next http.Handler) http.Handler {
 	agent, console := a.AgentMiddleware(next), a.ConsoleMiddleware(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = a.realClient(r)
-		if r.URL.Path == "/aos" {
+		if r.URL.Path == "/aos" || r.URL.Path == "/aos/preview" {
 			agent.ServeHTTP(w, r)
 			return
 		}

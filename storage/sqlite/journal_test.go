@@ -187,6 +187,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	full.TurnID, full.StepID, full.AgentID, full.AgentName = "t", "st", "a", "Agent <x> & co"
 	full.UserID, full.Tool, full.Text, full.Held, full.LatencyMicros = "u", "send_email", "hi\n\"there\"", true, 42
 	full.KeyID = "key_1"
+	full.Client, full.Server = &record.Peer{Name: "c \"1\"", Version: "1.0"}, &record.Peer{Name: "s"}
 	full.MatchedRules = []record.RuleMatch{{RuleID: "r1", Action: "deny", Mode: "enforce", ReasonCode: "X"},
 		{RuleID: "r2", Action: "allow", Mode: "monitor", Error: "boom\t\u2028"}}
 	for _, tc := range []struct {

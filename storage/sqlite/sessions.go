@@ -14,6 +14,7 @@ import (
 
 const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,
 	s.last_seq, s.steps, s.last_method, s.control, s.decisions, s.key_id,
+	s.client_name, s.client_version, s.server_name, s.server_version,
 	coalesce((SELECT sum(p.pending) FROM session_pending_holds p
 		WHERE p.session_id = s.id), 0)`
 
@@ -98,10 +99,18 @@ func scanSession(sc scanner) (record.Session, error) {
 		s                   record.Session
 		firstSeen, lastSeen int64
 		decisions           string
+		client, server      record.Peer
 	)
 	if err := sc.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
-		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID, &s.PendingHolds); err != nil {
+		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID,
+		&client.Name, &client.Version, &server.Name, &server.Version, &s.PendingHolds); err != nil {
 		return record.Session{}, err
+	}
+	if client.Name != "" {
+		s.Client = &client
+	}
+	if server.Name != "" {
+		s.Server = &server
 	}
 	s.FirstSeen = time.Unix(0, firstSeen).UTC()
 	s.LastSeen = time.Unix(0, lastSeen).UTC()

@@ -256,3 +256,62 @@ func TestSessionOwnersAreTheFirstToClaim(t *testing.T) {
 	require.Len(t, page.Sessions, 1)
 	require.Equal(t, "key_a", page.Sessions[0].KeyID)
 }
+
+// A session keeps the newest client and server its steps named, name and version together;
+// steps that name none (or a peer without a name) change nothing, and each step reads back
+// with its own.
+func TestSessionPeers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+
+	first := step("mcp", "allow", 0)
+	first.Client, first.Server = &record.Peer{Name: "inspector", Version: "1.0"}, &record.Peer{Name: "everything", Version: "2.0"}
+	save(t, db, first)
+	save(t, db, step("mcp", "deny", time.Second))
+	nameless := step("mcp", "allow", 2*time.Second)
+	nameless.Client = &record.Peer{Version: "9"}
+	save(t, db, nameless)
+	s, err := db.Session(ctx, "mcp")
+	require.NoError(t, err)
+	require.Equal(t, &record.Peer{Name: "inspector", Version: "1.0"}, s.Client)
+	require.Equal(t, &record.Peer{Name: "everything", Version: "2.0"}, s.Server)
+
+	upgraded := step("mcp", "allow", 3*time.Second)
+	upgraded.Server = &record.Peer{Name: "everything-next"}
+	save(t, db, upgraded)
+	page, err := db.Sessions(ctx, record.SessionQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, 1)
+	require.Equal(t, &record.Peer{Name: "inspector", Version: "1.0"}, page.Sessions[0].Client)
+	require.Equal(t, &record.Peer{Name: "everything-next"}, page.Sessions[0].Server, "the version goes with its name")
+
+	// Steps of one session ingested in one batch, in any order: the newest naming one wins.
+	var d sessionDelta
+	d.add(&stepArgs{sessionID: "b", decision: "allow", serverName: "new", serverVersion: "2"}, 12)
+	d.add(&stepArgs{sessionID: "b", decision: "allow", serverName: "old", serverVersion: "1", clientName: "c"}, 10)
+	d.add(&stepArgs{sessionID: "b", decision: "allow"}, 13)
+	require.Equal(t, []string{"new", "2", "c"}, []string{d.serverName, d.serverVersion, d.clientName})
+
+	// A session of other steps has neither, and everything survives a restart.
+	save(t, db, step("plain", "allow", 0))
+	require.NoError(t, db.Close())
+	db, err = Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	s, err = db.Session(ctx, "plain")
+	require.NoError(t, err)
+	require.Nil(t, s.Client)
+	require.Nil(t, s.Server)
+	s, err = db.Session(ctx, "mcp")
+	require.NoError(t, err)
+	require.Equal(t, "everything-next", s.Server.Name)
+	got, err := db.Step(ctx, first.Seq)
+	require.NoError(t, err)
+	require.Equal(t, first.Client, got.Client)
+	require.Equal(t, first.Server, got.Server)
+	got, err = db.Step(ctx, upgraded.Seq)
+	require.NoError(t, err)
+	require.Nil(t, got.Client)
+}

@@ -15,8 +15,8 @@ import (
 
 const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
 	agent_id, agent_name, user_id, tool, decision, received_at, request, response,
-	matched_rules, latency_micros, text, held, key_id)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	matched_rules, latency_micros, text, held, key_id, peers)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // sqlUpsertSession adds a group of steps of one session with one decision (?8 of them) to
 // its summary. The agent id and key id are the session's owners: set by the first step
@@ -24,11 +24,17 @@ const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, met
 // agent name and user are overwritten only by steps that carry them, so a session keeps
 // them when later steps (MCP, A2A) do not name them. last_seen never moves back when a
 // step received earlier is stored later. A row without steps (created by a session control
-// before the first step) takes its times from the first steps.
+// before the first step) takes its times from the first steps. The client and the server
+// (name and version together) are, like the agent name, those of the newest step naming one.
 const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_id,
-	first_seen, last_seen, last_seq, steps, last_method, decisions, key_id)
-	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8), ?12)
+	first_seen, last_seen, last_seq, steps, last_method, decisions, key_id,
+	client_name, client_version, server_name, server_version)
+	VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, json_object(?10, ?8), ?12, ?13, ?14, ?15, ?16)
 	ON CONFLICT (id) DO UPDATE SET
+		client_version = CASE WHEN excluded.client_name <> '' THEN excluded.client_version ELSE client_version END,
+		client_name    = CASE WHEN excluded.client_name <> '' THEN excluded.client_name    ELSE client_name    END,
+		server_version = CASE WHEN excluded.server_name <> '' THEN excluded.server_version ELSE server_version END,
+		server_name    = CASE WHEN excluded.server_name <> '' THEN excluded.server_name    ELSE server_name    END,
 		agent_id    = CASE WHEN agent_id = '' THEN excluded.agent_id ELSE agent_id END,
 		key_id      = CASE WHEN key_id   = '' THEN excluded.key_id   ELSE key_id   END,
 		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE agent_name END,
@@ -64,7 +70,7 @@ func validDecision(d string) bool {
 // stepColumns is the column list every step query scans with scanStep.
 const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
-	text, held, key_id`
+	text, held, key_id, peers`
 
 // stepArgs is a step prepared for the writer: validated, encoded and copied, so that the
 // writer never touches the caller's record and the JSON work happens on the caller's
@@ -80,6 +86,9 @@ type stepArgs struct {
 	latencyMicros                           int64
 	text                                    string
 	held                                    bool
+	// peers is the JSON of the step's client and server, "" for none.
+	peers                                                string
+	clientName, clientVersion, serverName, serverVersion string
 }
 
 // SaveStep stores rec and its "step" event, updates the session summary, sets rec.Seq and
@@ -144,14 +153,35 @@ func newStepArgs(rec *record.StepRecord) (*stepArgs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode matched rules: %w", err)
 	}
-	return &stepArgs{
+	a := &stepArgs{
 		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
 		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
 		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
 		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
 		response: nullableText(rec.Response), matchedRules: string(rules),
 		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held, keyID: rec.KeyID,
-	}, nil
+	}
+	if rec.Client != nil || rec.Server != nil {
+		b, err := json.Marshal(stepPeers{Client: rec.Client, Server: rec.Server})
+		if err != nil {
+			return nil, fmt.Errorf("storage: encode peers: %w", err)
+		}
+		a.peers = string(b)
+	}
+	// A peer without a name names nothing (the session keeps what it knows).
+	if rec.Client != nil && rec.Client.Name != "" {
+		a.clientName, a.clientVersion = rec.Client.Name, rec.Client.Version
+	}
+	if rec.Server != nil && rec.Server.Name != "" {
+		a.serverName, a.serverVersion = rec.Server.Name, rec.Server.Version
+	}
+	return a, nil
+}
+
+// stepPeers is the steps.peers column.
+type stepPeers struct {
+	Client *record.Peer `json:"client,omitempty"`
+	Server *record.Peer `json:"server,omitempty"`
 }
 
 // insert writes one step with its seq: event, step row and session summary.
@@ -171,7 +201,7 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	}
 	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
 		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
-		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.keyID); err != nil {
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.keyID, a.peers); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	return nil
@@ -188,6 +218,9 @@ type sessionDelta struct {
 	lastSeq          int64
 	lastMethod       string
 	decisions        []decisionCount
+	// The newest client and server named (name and version together).
+	clientName, clientVersion, serverName, serverVersion string
+	clientSeq, serverSeq                                 int64
 }
 
 type decisionCount struct {
@@ -205,6 +238,12 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 		// The newest step naming a name or user wins, as it would step by step.
 		d.agentName = cmp.Or(a.agentName, d.agentName)
 		d.userID = cmp.Or(a.userID, d.userID)
+	}
+	if a.clientName != "" && seq > d.clientSeq {
+		d.clientName, d.clientVersion, d.clientSeq = a.clientName, a.clientVersion, seq
+	}
+	if a.serverName != "" && seq > d.serverSeq {
+		d.serverName, d.serverVersion, d.serverSeq = a.serverName, a.serverVersion, seq
 	}
 	// The owners are the oldest step's that names one, as the upsert keeps the first.
 	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
@@ -225,7 +264,8 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 func (d *sessionDelta) apply(b *batchTx) error {
 	for _, c := range d.decisions {
 		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.id, d.agentID, d.agentName, d.userID,
-			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`, d.keyID); err != nil {
+			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`, d.keyID,
+			d.clientName, d.clientVersion, d.serverName, d.serverVersion); err != nil {
 			return fmt.Errorf("storage: update session %q: %w", d.id, err)
 		}
 	}
@@ -338,11 +378,19 @@ func scanStep(s scanner) (record.StepRecord, error) {
 		receivedAt int64
 		req, resp  sql.NullString
 		rules      string
+		peers      string
 	)
 	if err := s.Scan(&rec.Seq, &rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method,
 		&rec.Kind, &rec.AgentID, &rec.AgentName, &rec.UserID, &rec.Tool, &rec.Decision,
-		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID); err != nil {
+		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID, &peers); err != nil {
 		return record.StepRecord{}, err
+	}
+	if peers != "" {
+		var p stepPeers
+		if err := json.Unmarshal([]byte(peers), &p); err != nil {
+			return record.StepRecord{}, fmt.Errorf("decode peers of step %d: %w", rec.Seq, err)
+		}
+		rec.Client, rec.Server = p.Client, p.Server
 	}
 	rec.ReceivedAt = time.Unix(0, receivedAt).UTC()
 	if req.Valid {

@@ -27,6 +27,8 @@ func TestSaveStepRoundTripsEveryField(t *testing.T) {
 		AgentName:  "Mail bot",
 		UserID:     "user@corp.example",
 		KeyID:      "key_0123456789abcdef",
+		Client:     &record.Peer{Name: "claude-ai", Version: "0.1.0"},
+		Server:     &record.Peer{Name: "mcp-servers/everything"},
 		Tool:       "send_email",
 		Decision:   "modify",
 		ReceivedAt: time.Date(2025, 1, 2, 3, 4, 5, 123456789, local),

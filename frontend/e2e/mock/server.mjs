@@ -282,6 +282,8 @@ function touchSession(step) {
   s.lastMethod = step.method;
   s.agentName ||= step.agentName;
   s.userId ||= step.userId;
+  if (step.client) s.client = step.client;
+  if (step.server) s.server = step.server;
   sessionSteps.get(s.id)?.push(step.seq);
 }
 
@@ -325,7 +327,8 @@ async function handleAOS(req, res) {
     return json(res, 200, { jsonrpc: '2.0', id: rpc.id, error: { code: -32602, message: 'Invalid method parameters', data: { field: 'params.context', reason: 'required' } } });
   }
   const t0 = process.hrtime.bigint();
-  const sessionId = ctx?.session?.id ?? `proto-${rpc.id}`;
+  const mcpMeta = rpc.method === 'protocols/MCP' ? (rpc.params?._meta ?? {}) : {};
+  const sessionId = ctx?.session?.id ?? (typeof mcpMeta.sessionId === 'string' ? mcpMeta.sessionId : `proto-${rpc.id}`);
   const session = sessions.get(sessionId);
   let verdict = decide([...rules.values()], rpc, sessionId, true);
   let held = false;
@@ -410,6 +413,12 @@ async function handleAOS(req, res) {
     text: textOf(rpc),
     held,
   };
+  // An MCP gateway's step names the session's client and server (as vigil serve stores them).
+  const peer = (/** @type {any} */ p) => (p && typeof p.name === 'string' && p.name ? { name: p.name, ...(typeof p.version === 'string' && p.version ? { version: p.version } : {}) } : undefined);
+  const client = peer(mcpMeta.clientInfo);
+  const server = peer(mcpMeta.serverInfo);
+  if (client) Object.assign(step, { client, agentId: client.name, agentName: client.version ? `${client.name} ${client.version}` : client.name });
+  if (server) Object.assign(step, { server });
   if (held) step.latencyMicros = Math.min(step.latencyMicros, 900 + Math.round(Math.random() * 400));
   storeStep(step);
   for (const h of holds.values()) if (h.request === rpc) h.seq = step.seq;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { applyEvents, applyStep, emptySessions, matchesFilter, mergePage, pushCapped } from './sessions';
+import { applyEvents, applyStep, emptySessions, matchesFilter, mergePage, peerLabel, pushCapped } from './sessions';
 import type { LiveEvent, Session, Step } from './types';
 
 const step = (seq: number, sessionId: string, decision = 'allow', extra: Partial<Step> = {}): Step => ({
@@ -33,6 +33,24 @@ describe('applyStep', () => {
     expect(b).toMatchObject({ steps: 2, lastSeq: 2, decisions: { allow: 1, deny: 1 }, agentName: 'bot', userId: 'u' });
     expect(applyStep(b, step(2, 's', 'deny'))).toBe(b);
     expect(applyStep(b, step(1, 's'))).toBe(b);
+  });
+});
+
+describe('MCP client and server', () => {
+  it('keeps the newest client and server a step names, and keeps them through steps that name none', () => {
+    const a = applyStep(undefined, step(1, 'mcp', 'allow', { client: { name: 'claude-code', version: '2.1.0' }, server: { name: 'everything', version: '2.0.0' } }));
+    expect(a.client).toEqual({ name: 'claude-code', version: '2.1.0' });
+    const b = applyStep(a, step(2, 'mcp', 'deny'));
+    expect(b.server).toEqual({ name: 'everything', version: '2.0.0' });
+    const c = applyStep(b, step(3, 'mcp', 'allow', { server: { name: 'everything-next' } }));
+    expect(c.server).toEqual({ name: 'everything-next' });
+    expect(c.client).toEqual({ name: 'claude-code', version: '2.1.0' });
+    expect(applyStep(undefined, step(1, 'plain')).server).toBeUndefined();
+  });
+  it('labels a peer with its version when it has one', () => {
+    expect(peerLabel({ name: 'everything', version: '2.0.0' })).toBe('everything 2.0.0');
+    expect(peerLabel({ name: 'everything' })).toBe('everything');
+    expect(peerLabel(undefined)).toBe('');
   });
 });
 

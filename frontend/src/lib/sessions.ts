@@ -2,7 +2,7 @@
 // newest step comes out. Every update is idempotent (a step at or below a session's lastSeq is
 // ignored), so a page fetched while events stream in never double counts.
 
-import type { LiveEvent, Session, SessionControlChange, Step } from './types';
+import type { LiveEvent, Peer, Session, SessionControlChange, Step } from './types';
 
 export interface SessionsState {
   byId: Map<string, Session>;
@@ -39,7 +39,15 @@ export function applyStep(s: Session | undefined, step: Step): Session {
     lastMethod: step.method,
     control: s?.control ?? 'active',
     pendingHolds: s?.pendingHolds ?? 0,
+    client: step.client ?? s?.client,
+    server: step.server ?? s?.server,
   };
+}
+
+/** A peer as shown: its name and version. */
+export function peerLabel(p: Peer | undefined): string {
+  if (!p) return '';
+  return p.version ? `${p.name} ${p.version}` : p.name;
 }
 
 export function controlState(c: SessionControlChange['control']): Session['control'] {

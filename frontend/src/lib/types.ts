@@ -28,6 +28,16 @@ export interface Session {
   lastMethod?: string;
   control?: Control;
   pendingHolds?: number;
+  /** The client and server of a gateway session as they name themselves (MCP clientInfo and
+   * serverInfo); absent for other sessions. */
+  client?: Peer;
+  server?: Peer;
+}
+
+/** A program at one end of a gateway session (an MCP Implementation). */
+export interface Peer {
+  name: string;
+  version?: string;
 }
 
 export interface RuleMatch {
@@ -57,6 +67,9 @@ export interface Step {
   latencyMicros: number;
   text?: string;
   held?: boolean;
+  /** The client and server of the gateway session the step came through (MCP). */
+  client?: Peer;
+  server?: Peer;
   /** Set on a big step as the live stream sends it: request and response left out, text cut.
    * GET /api/steps/{seq} has the whole step. */
   truncated?: boolean;

@@ -1,0 +1,191 @@
+package guardian_test
+
+import (
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
+
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/rules"
+)
+
+const previewRules = `
+rules:
+  - id: no-env
+    when: mcp.method == "tools/call" && tool == "get-env"
+    action: deny
+    message: The environment is private.
+  - id: review-sums
+    when: mcp.method == "tools/call" && tool == "get-sum"
+    action: hold
+    hold: {timeout: 1m, onTimeout: deny}
+  - id: writes-outside-tmp
+    when: mcp.method == "tools/call" && tool == "write" && len(inputs.path) > 0 && !(inputs.path startsWith "/tmp/")
+    action: deny
+`
+
+func previewCall(id, tool, session string) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"protocols/MCP","params":{"message":{"jsonrpc":"2.0","id":7,` +
+		`"method":"tools/call","params":{"name":"` + tool + `","arguments":{}}},"_meta":{"sessionId":"` + session + `"}}}`
+}
+
+// previewEnv is a guardian with rules and a hold queue over a real SQLite file, whose
+// requests authenticate with the key named in X-Test-Key (as auth.Wrap would set it).
+func previewEnv(t *testing.T) (*httptest.Server, *sqlite.DB, *holds.Manager) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
+	require.NoError(t, err)
+	f, err := rules.ParseFile("rules.yaml", []byte(previewRules))
+	require.NoError(t, err)
+	engine := rules.NewEngine(rules.Options{})
+	require.NoError(t, engine.Load(f.Rules))
+	hm := holds.NewManager(holds.Options{Store: db, ValidateParams: guardian.ValidateParams})
+	require.NoError(t, hm.Start(ctx))
+	type keyCtx struct{}
+	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: &guardian.RulesPolicy{Engine: engine},
+		Holds: guardian.ManagerHolds{M: hm},
+		KeyOf: func(ctx context.Context) (string, string, bool) {
+			k, _ := ctx.Value(keyCtx{}).(string)
+			return k, "", k != ""
+		}})
+	require.NoError(t, err)
+	h := g.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, r.Header.Get("X-Test-Key"))))
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		require.NoError(t, hm.Shutdown(ctx))
+		require.NoError(t, db.Close())
+	})
+	return srv, db, hm
+}
+
+func postTo(t *testing.T, url, body string, headers ...string) (int, rpcResp) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, decode(t, b)
+}
+
+// The dry run says what the rules would decide, holds included, and stores, holds and
+// publishes nothing; a rule that failed to evaluate is reported with its error.
+func TestPreviewDecidesWithoutRecording(t *testing.T) {
+	srv, db, hm := previewEnv(t)
+	url := srv.URL + guardian.PreviewPath
+	cases := []struct {
+		tool, decision, ruleID string
+		ruleError              bool
+	}{
+		{"get-env", "deny", "no-env", false},
+		{"get-sum", "hold", "review-sums", false},
+		{"echo", "allow", "", false},
+		// A rule that fails to evaluate denies (fail closed) and says so.
+		{"write", "deny", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.tool, func(t *testing.T) {
+			code, r := postTo(t, url, previewCall(`"p1"`, c.tool, "mcp-preview"))
+			require.Equal(t, http.StatusOK, code)
+			require.Nil(t, r.Error)
+			require.JSONEq(t, `"p1"`, string(r.ID))
+			require.Equal(t, aos.Decision(c.decision), r.Result.Decision)
+			require.Equal(t, true, r.Result.Data["preview"])
+			if c.ruleID != "" {
+				require.Equal(t, c.ruleID, r.Result.Data["ruleId"])
+			}
+			ms, ok := r.Result.Data["matchedRules"].([]any)
+			require.True(t, ok, r.Result.Data)
+			errs := 0
+			for _, m := range ms {
+				if m.(map[string]any)["error"] != nil {
+					errs++
+				}
+			}
+			require.Equal(t, c.ruleError, errs > 0, ms)
+		})
+	}
+	ctx := context.Background()
+	page, err := db.Sessions(ctx, record.SessionQuery{})
+	require.NoError(t, err)
+	require.Empty(t, page.Sessions, "a preview stores no step")
+	pending, err := hm.List(ctx, holds.StatusPending, 10)
+	require.NoError(t, err)
+	require.Empty(t, pending, "a preview holds nothing")
+	evs, err := db.EventsAfter(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+}
+
+// Bad input gets the AOS error it would get at /aos, plus what a dry run cannot take.
+func TestPreviewRefusals(t *testing.T) {
+	srv, _, _ := previewEnv(t)
+	url := srv.URL + guardian.PreviewPath
+	// The session becomes key k1's with a real step.
+	code, r := postTo(t, srv.URL+"/aos", previewCall("1", "echo", "mcp-owned"), "X-Test-Key", "k1")
+	require.Equal(t, http.StatusOK, code)
+	require.Nil(t, r.Error)
+
+	cases := []struct {
+		name, body string
+		headers    []string
+		status     int
+		code       int
+		want       string
+	}{
+		{"batch", "[" + previewCall("1", "echo", "s") + "]", nil, 200, aos.CodeInvalidRequest, "not a batch"},
+		{"notification", strings.Replace(previewCall("1", "echo", "s"), `"id":1,`, ``, 1), nil, 200, aos.CodeInvalidRequest, "needs a step with an id"},
+		{"ping", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}`, nil, 200, aos.CodeInvalidRequest, "not ping"},
+		{"not json", `{`, nil, 200, aos.CodeParseError, ""},
+		{"bad params", `{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":{}}`, nil, 200, aos.CodeInvalidParams, ""},
+		{"unknown method", `{"jsonrpc":"2.0","id":1,"method":"steps/nope","params":{}}`, nil, 200, aos.CodeMethodNotFound, ""},
+		{"too large", previewCall("1", strings.Repeat("x", 1<<20), "s"), nil, 413, aos.CodeRequestTooLarge, "at most 1048576 bytes"},
+		{"another key's session", previewCall("1", "get-env", "mcp-owned"), []string{"X-Test-Key", "k2"}, 200, aos.CodeInvalidParams, "belongs to another API key"},
+		{"no key, a keyed session", previewCall("1", "get-env", "mcp-owned"), nil, 200, aos.CodeInvalidParams, "belongs to another API key"},
+		{"text/plain", previewCall("1", "echo", "s"), []string{"Content-Type", "text/plain"}, 415, aos.CodeInvalidRequest, "Content-Type"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, r := postTo(t, url, c.body, c.headers...)
+			require.Equal(t, c.status, code)
+			require.NotNil(t, r.Error)
+			require.Equal(t, c.code, r.Error.Code, r.Error.Message)
+			require.Contains(t, r.Error.Message, c.want)
+		})
+	}
+	// The owner may preview its own session.
+	code, r = postTo(t, url, previewCall("1", "get-env", "mcp-owned"), "X-Test-Key", "k1")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, aos.Deny, r.Result.Decision)
+
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	var er rpcResp
+	require.NoError(t, json.Unmarshal(b, &er))
+	require.Equal(t, aos.CodeInvalidRequest, er.Error.Code)
+}
