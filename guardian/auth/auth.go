@@ -21,6 +21,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Operator roles. Each includes what the ones before it may do.
@@ -55,28 +56,9 @@ var ErrInvalid = errors.New("invalid")
 // ErrLastAdmin is returned when an admin tries to remove the only admin account.
 var ErrLastAdmin = errors.New("the last admin account cannot be removed from the console")
 
-// Store is what auth keeps in the database; *storage.DB implements it.
-type Store interface {
-	CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error)
-	APIKeys(ctx context.Context) ([]record.APIKey, error)
-	APIKey(ctx context.Context, id string) (record.APIKey, error)
-	APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error)
-	HasAPIKeys(ctx context.Context) (bool, error)
-	RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *record.AuditEntry) (record.APIKey, record.Event, error)
-	TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
-
-	CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error)
-	Users(ctx context.Context) ([]record.User, error)
-	User(ctx context.Context, name string) (record.User, error)
-	HasUsers(ctx context.Context) (bool, error)
-	SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *record.AuditEntry) (record.Event, error)
-	DeleteUser(ctx context.Context, name string, audit *record.AuditEntry) (record.User, record.Event, error)
-
-	CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error)
-	AuthSession(ctx context.Context, hash []byte) (record.AuthSession, error)
-	DeleteAuthSession(ctx context.Context, hash []byte, audit *record.AuditEntry) (bool, record.Event, error)
-	DeleteExpiredAuthSessions(ctx context.Context, now time.Time) (int64, error)
-}
+// Store is what auth keeps in the database: agent keys, operator accounts and console
+// sign-in sessions, as every storage backend provides them.
+type Store = storage.Auth
 
 // Config is team mode's settings; main fills it from flags.
 type Config struct {
