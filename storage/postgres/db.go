@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,9 @@ type DB struct {
 	stepq    chan *stepReq
 	stop     chan struct{}
 	workers  sync.WaitGroup
+
+	// batches and batchedSteps count the step transactions committed and their steps.
+	batches, batchedSteps atomic.Int64
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (postgres:// or postgresql://)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -185,7 +184,6 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 	defer cancel()
 	n := len(batch)
 	var (
-		seqs                                         = make([]int64, n)
 		sids, turns, stepIDs, methods, kinds         = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		agents, names, users, keys, tools, decisions = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		received, latency                            = make([]int64, n), make([]int64, n)
@@ -201,42 +199,47 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 		requests[i], responses[i] = a.request, a.response
 		rules[i], texts[i], docs[i], held[i] = a.matchedRules, a.text, a.search, a.held
 	}
+	ords := make([]int64, n)
+	for i := range ords {
+		ords[i] = int64(i) + 1
+	}
+	// One batch, one round trip: pgx sends it as a pipeline that PostgreSQL runs as one
+	// implicit transaction, so the seq row is locked only while the server executes it.
+	// Seqs are base+1..base+n, base being the counter before this batch's UPDATE.
+	b := &pgx.Batch{}
+	var base int64
+	b.Queue(`UPDATE vigil_seq SET seq = seq + $1 WHERE id = 1 RETURNING seq - $1`, n).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&base)
+	})
+	b.Queue(`WITH c AS (SELECT seq - $1 AS base FROM vigil_seq WHERE id = 1)
+		INSERT INTO events (seq, type, session_id, at)
+		SELECT c.base + u.ord, 'step', u.sid, u.at
+		FROM c, unnest($2::int8[], $3::text[], $4::int8[]) AS u(ord, sid, at)`,
+		n, ords, sids, received)
+	b.Queue(`WITH c AS (SELECT seq - $1 AS base FROM vigil_seq WHERE id = 1)
+		INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind, agent_id,
+			agent_name, user_id, key_id, tool, decision, received_at, request, response,
+			matched_rules, latency_micros, text, held, search)
+		SELECT c.base + u.ord, u.sid, u.turn, u.step, u.method, u.kind, u.agent, u.name, u.usr,
+			u.key, u.tool, u.decision, u.received, u.request, u.response, u.rules,
+			u.latency, u.text, u.held, to_tsvector('simple', u.doc)
+		FROM c, unnest($2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
+			$14::int8[], $15::text[], $16::text[], $17::text[], $18::int8[], $19::text[],
+			$20::bool[], $21::text[])
+		AS u(ord, sid, turn, step, method, kind, agent, name, usr, key, tool, decision,
+			received, request, response, rules, latency, text, held, doc)`,
+		n, ords, sids, turns, stepIDs, methods, kinds, agents, names, users, keys, tools,
+		decisions, received, requests, responses, rules, latency, texts, held, docs)
+	queueSessions(b, batch, ords, n)
+	b.Queue(`SELECT pg_notify($1, seq::text) FROM vigil_seq WHERE id = 1`, NotifyChannel)
 	for attempt := 0; ; attempt++ {
-		err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-			t, err := lockSeq(ctx, tx)
-			if err != nil {
-				return err
-			}
-			first := t.take(n)
-			for i := range seqs {
-				seqs[i] = first + int64(i)
-			}
-			b := &pgx.Batch{}
-			b.Queue(`INSERT INTO events (seq, type, session_id, at)
-				SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[])`,
-				seqs, slices.Repeat([]string{record.EventStep}, n), sids, received)
-			b.Queue(`INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind, agent_id,
-				agent_name, user_id, key_id, tool, decision, received_at, request, response,
-				matched_rules, latency_micros, text, held, search)
-				SELECT u.seq, u.sid, u.turn, u.step, u.method, u.kind, u.agent, u.name, u.usr,
-					u.key, u.tool, u.decision, u.received, u.request, u.response, u.rules,
-					u.latency, u.text, u.held, to_tsvector('simple', u.doc)
-				FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-					$7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-					$13::int8[], $14::text[], $15::text[], $16::text[], $17::int8[], $18::text[],
-					$19::bool[], $20::text[])
-				AS u(seq, sid, turn, step, method, kind, agent, name, usr, key, tool, decision,
-					received, request, response, rules, latency, text, held, doc)`,
-				seqs, sids, turns, stepIDs, methods, kinds, agents, names, users, keys, tools,
-				decisions, received, requests, responses, rules, latency, texts, held, docs)
-			queueSessions(b, batch, seqs)
-			b.Queue(`UPDATE vigil_seq SET seq = $1 WHERE id = 1`, t.next)
-			b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(t.next, 10))
-			return tx.SendBatch(ctx, b).Close()
-		})
+		err := db.pool.SendBatch(ctx, b).Close()
 		if err == nil {
+			db.batches.Add(1)
+			db.batchedSteps.Add(int64(n))
 			for i, r := range batch {
-				r.seq = seqs[i]
+				r.seq = base + int64(i) + 1
 			}
 			return nil
 		}
@@ -280,7 +283,8 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 
 // queueSessions queues one upsert of every session the batch's steps belong to. Rows go in
 // id order, so that two transactions locking the same sessions lock them in one order.
-func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64) {
+// seqs are relative to the batch (1..n); the statement adds the batch's base.
+func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64, n int) {
 	deltas := map[string]*sessionDelta{}
 	for i, r := range batch {
 		d := deltas[r.a.sessionID]
@@ -295,10 +299,10 @@ func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	n := len(ids)
+	k := len(ids)
 	var (
-		agents, keys, names, users, methods, decisions = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		first, last, lastSeq, steps                    = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		agents, keys, names, users, methods, decisions = make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k)
+		first, last, lastSeq, steps                    = make([]int64, k), make([]int64, k), make([]int64, k), make([]int64, k)
 	)
 	for i, id := range ids {
 		d := deltas[id]
@@ -307,17 +311,18 @@ func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64) {
 		js, _ := json.Marshal(d.decisions) // a map of strings to ints always marshals
 		decisions[i] = string(js)
 	}
-	b.Queue(sqlUpsertSessions, ids, agents, keys, names, users, first, last, lastSeq, steps, methods, decisions)
+	b.Queue(sqlUpsertSessions, ids, agents, keys, names, users, first, last, lastSeq, steps, methods, decisions, n)
 }
 
 // sqlUpsertSessions adds a batch's steps to their sessions' summaries. The agent and key
 // are the session's owners: set by the first step that carries one, never changed after.
 // The agent name and user are overwritten only by steps that carry them. last_seen never
 // moves back. A row without steps (made by a session control) takes its times from them.
-const sqlUpsertSessions = `INSERT INTO sessions AS s (id, agent_id, key_id, agent_name, user_id,
+const sqlUpsertSessions = `WITH c AS (SELECT seq - $12 AS base FROM vigil_seq WHERE id = 1)
+	INSERT INTO sessions AS s (id, agent_id, key_id, agent_name, user_id,
 	first_seen, last_seen, last_seq, steps, last_method, decisions)
-	SELECT u.id, u.agent, u.key, u.name, u.usr, u.first, u.last, u.lastseq, u.steps, u.method, u.dec::jsonb
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[],
+	SELECT u.id, u.agent, u.key, u.name, u.usr, u.first, u.last, c.base + u.lastseq, u.steps, u.method, u.dec::jsonb
+	FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[],
 		$8::int8[], $9::int8[], $10::text[], $11::text[])
 	AS u(id, agent, key, name, usr, first, last, lastseq, steps, method, dec)
 	ON CONFLICT (id) DO UPDATE SET
