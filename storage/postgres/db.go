@@ -52,8 +52,9 @@ var _ storage.Backend = (*DB)(nil)
 // Options tune a DB.
 type Options struct {
 	Logger *slog.Logger
-	// MaxConns bounds the connection pool (default 16). The committers hold one each while
-	// they write; the rest serve reads and the other writes.
+	// MaxConns bounds the connection pool (default 16; a pool_max_conns parameter in the
+	// URL wins). The committers hold one each while they write; the rest serve reads and
+	// the other writes.
 	MaxConns int32
 	// Committers is how many step batches may be in flight at once (default 4): while one
 	// commits, the next gathers the steps that arrived meanwhile and waits on the seq lock.
@@ -115,7 +116,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		// pgx's parse errors can quote the DSN, password included.
 		return nil, errors.New("storage: invalid PostgreSQL URL (want postgres://user:password@host:port/database)")
 	}
-	cfg.MaxConns = opts.MaxConns
+	// A pool_max_conns the URL names wins over the default.
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Committers >= int(cfg.MaxConns) {
+		opts.Committers = max(1, int(cfg.MaxConns)/2)
+	}
 	desc := describe(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

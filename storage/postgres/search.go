@@ -156,9 +156,17 @@ func splitQuery(s string) []phrase {
 	}
 }
 
-// squashSQL is squashID in SQL.
-func squashSQL(col string) string {
-	return "lower(translate(" + col + ", '" + idSeparators + "', ''))"
+// tokensSQL is the words of the columns, each column also squashed (squashID), lower-cased,
+// separated and surrounded by single spaces: what LIKE '% word %' finds whole words in.
+func tokensSQL(cols ...string) string {
+	parts := []string{"' '"}
+	for _, c := range cols {
+		c = "coalesce(" + c + ", '')"
+		parts = append(parts,
+			"lower(translate("+c+", '"+idSeparators+"', ''))", "' '",
+			"trim(regexp_replace(lower("+c+"), '[^[:alnum:]]+', ' ', 'g'))", "' '")
+	}
+	return "(" + strings.Join(parts, " || ") + ")"
 }
 
 // Search finds steps matching q, newest first, a page at a time.
@@ -190,21 +198,20 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	if tsq != "" {
 		where = append(where, "s.search @@ to_tsquery('simple', "+arg(tsq)+")")
 	}
+	// Ids match as the SQLite index matches them: the query's words (separators squashed)
+	// as a phrase of the id's words, or of the id squashed; the last word as a beginning
+	// when it has at least minPrefix characters.
 	idFilter := func(v string, cols ...string) {
-		sq := strings.ToLower(squashID(v))
-		if sq == "" {
+		words := foldWords(squashID(v))
+		if len(words) == 0 {
 			return
 		}
-		var ors []string
-		p := arg(sq)
-		for _, c := range cols {
-			if utf8.RuneCountInString(sq) >= minPrefix {
-				ors = append(ors, "starts_with("+squashSQL(c)+", "+p+")")
-			} else {
-				ors = append(ors, squashSQL(c)+" = "+p)
-			}
+		phrase := strings.Join(words, " ")
+		pat := "% " + escapeLike(phrase) + " %"
+		if utf8.RuneCountInString(words[len(words)-1]) >= minPrefix {
+			pat = "% " + escapeLike(phrase) + "%"
 		}
-		where = append(where, "("+strings.Join(ors, " OR ")+")")
+		where = append(where, tokensSQL(cols...)+" LIKE "+arg(pat))
 	}
 	idFilter(q.Session, "s.session_id")
 	idFilter(q.Agent, "s.agent_id", "s.agent_name")
@@ -222,10 +229,11 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	default:
 		where = append(where, "s.decision = "+arg(q.Decision))
 	}
-	if q.Rule != "" {
-		p := arg(strings.ToLower(q.Rule))
+	if words := foldWords(q.Rule); len(words) > 0 {
+		// The words as a phrase of a matched rule's id or reason code.
+		p := arg("% " + escapeLike(strings.Join(words, " ")) + " %")
 		where = append(where, `EXISTS (SELECT 1 FROM jsonb_array_elements(s.matched_rules::jsonb) AS m
-			WHERE lower(m ->> 'ruleId') = `+p+` OR lower(m ->> 'reasonCode') = `+p+`)`)
+			WHERE `+tokensSQL("m ->> 'ruleId'", "m ->> 'reasonCode'")+` LIKE `+p+`)`)
 	}
 	if !q.From.IsZero() {
 		where = append(where, "s.received_at >= "+arg(q.From.UnixNano()))
