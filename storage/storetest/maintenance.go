@@ -147,6 +147,16 @@ var maintenanceCases = []testCase{
 		require.Equal(t, record.ExportResult{Audit: 2}, res)
 		require.Equal(t, "audit", lines[0]["record"])
 	}},
+	{"WritesAfterCloseFail", func(t *testing.T, db storage.Backend) {
+		rec := save(t, db, step("s", "allow", 0))
+		require.NoError(t, db.Close())
+		require.NoError(t, db.Close(), "closing twice is harmless")
+		require.Error(t, db.SaveStep(bg(), step("s", "allow", 0)))
+		require.Error(t, db.AppendEvent(bg(), &record.Event{Type: "x"}))
+		_, err := db.AppendAudit(bg(), &record.AuditEntry{Type: "x.y"})
+		require.Error(t, err)
+		require.Positive(t, rec.Seq)
+	}},
 	{"DescribeAndIngestStats", func(t *testing.T, db storage.Backend) {
 		require.NotEmpty(t, db.Describe())
 		save(t, db, step("s", "allow", 0))

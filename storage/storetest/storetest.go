@@ -25,7 +25,8 @@ import (
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// Open returns a new, empty backend for one test and closes it when the test ends.
+// Open returns a new, empty backend for one test and closes it when the test ends (a
+// backend must accept a second Close: one case closes it itself).
 type Open func(t *testing.T) storage.Backend
 
 type testCase struct {
