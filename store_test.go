@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,4 +271,34 @@ func snapshot(t *testing.T, db storage.Backend) installation {
 	require.NotEmpty(t, in.holds)
 	require.NotEmpty(t, in.audit)
 	return in
+}
+
+// TestServeOnPostgres: the guardian runs on a postgres:// --db, and a second start finds
+// what the first stored.
+func TestServeOnPostgres(t *testing.T) {
+	dsn := pgtest.Need(t, pgSrv)
+	log := slog.New(slog.DiscardHandler)
+	srv, err := startServer(context.Background(), testConfig(t, dsn), log)
+	require.NoError(t, err)
+	out := postStep(t, srv.URL, toolStep)
+	require.Equal(t, "allow", out["result"].(map[string]any)["decision"])
+	require.NoError(t, srv.Shutdown(5*time.Second))
+
+	srv, err = startServer(context.Background(), testConfig(t, dsn), log)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+	resp, err := http.Get(srv.URL + "/api/sessions/cli-session")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var s struct{ Steps int }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
+	require.Equal(t, 1, s.Steps)
+
+	resp2, err := http.Get(srv.URL + "/api/info")
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	body, err := io.ReadAll(resp2.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "postgres://postgres@127.0.0.1:")
 }
