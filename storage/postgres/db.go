@@ -26,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -383,6 +384,24 @@ func nullText(raw []byte) *string {
 	}
 	s := string(raw)
 	return &s
+}
+
+// cleanText replaces what PostgreSQL text cannot hold (NUL bytes, invalid UTF-8) with
+// U+FFFD.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// cleanJSON is cleanText for JSON: invalid UTF-8 inside its strings becomes U+FFFD (a NUL
+// byte cannot be in valid JSON: it is escaped as \u0000).
+func cleanJSON(raw []byte) []byte {
+	if utf8.Valid(raw) {
+		return raw
+	}
+	return []byte(strings.ToValidUTF8(string(raw), "\uFFFD"))
 }
 
 // nanos is how a time is stored: unix nanoseconds, 0 for the zero time.

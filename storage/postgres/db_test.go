@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -292,4 +294,56 @@ func TestCloseWaitsForSavesInFlight(t *testing.T) {
 		_, err := db2.Step(ctx, seq)
 		require.NoError(t, err)
 	}
+}
+
+// TestRefusedStepFailsAlone: a step PostgreSQL refuses (here an id too big for its index)
+// fails its own SaveStep only; the steps that shared its batch are stored.
+func TestRefusedStepFailsAlone(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	huge := make([]byte, 64<<10)
+	_, _ = rand.Read(huge)
+	var (
+		wg   sync.WaitGroup
+		bad  error
+		errs = make([]error, 40)
+	)
+	wg.Go(func() { bad = db.SaveStep(ctx, step(hex.EncodeToString(huge))) })
+	for i := range errs {
+		wg.Go(func() { errs[i] = db.SaveStep(ctx, step(fmt.Sprint("s", i%4))) })
+	}
+	wg.Wait()
+	require.Error(t, bad)
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	page, err := db.Sessions(ctx, record.SessionQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, 4)
+}
+
+func TestPruneBySize(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	var seqs []int64
+	for i := range 200 {
+		rec := step(fmt.Sprint("s", i%10))
+		rec.Text = fmt.Sprint("step ", i)
+		require.NoError(t, db.SaveStep(ctx, rec))
+		seqs = append(seqs, rec.Seq)
+	}
+	used, err := db.UsedBytes(ctx)
+	require.NoError(t, err)
+	res, err := db.Prune(ctx, time.Now(), record.Retention{MaxBytes: used / 2, BatchSize: 30})
+	require.NoError(t, err)
+	// 200 steps at used bytes, brought to 0.45 of it pro rata: about 110 go, the oldest.
+	require.InDelta(t, 110, res.Steps, 3)
+	require.Equal(t, int(res.Steps+29)/30, res.Batches)
+	left, err := db.StepsBefore(ctx, 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, left, 200-int(res.Steps))
+	require.Equal(t, seqs[res.Steps], left[0].Seq)
+	res, err = db.Prune(ctx, time.Now(), record.Retention{MaxBytes: 1 << 40})
+	require.NoError(t, err)
+	require.Zero(t, res.Steps, "under the bound nothing goes")
 }

@@ -30,6 +30,7 @@ func (db *DB) AppendEvent(ctx context.Context, ev *record.Event) error {
 		ev.At = time.Now()
 	}
 	ev.At = norm(ev.At)
+	ev.Type, ev.SessionID, payload = cleanText(ev.Type), cleanText(ev.SessionID), cleanJSON(payload)
 	var seq int64
 	err := db.writeTx(ctx, func(t *seqTx) error {
 		e, err := t.event(ev.Type, ev.SessionID, ev.At, payload)

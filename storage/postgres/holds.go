@@ -38,6 +38,10 @@ func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.Audi
 		return nil, errors.New("storage: hold request is not valid JSON")
 	}
 	h.Status = record.HoldPending
+	for _, f := range []*string{&h.ID, &h.SessionID, &h.AgentID, &h.Method, &h.Kind, &h.Tool, &h.RuleID, &h.Message} {
+		*f = cleanText(*f)
+	}
+	h.Request = cleanJSON(h.Request)
 	h.CreatedAt = norm(h.CreatedAt)
 	if h.CreatedAt.IsZero() {
 		h.CreatedAt = norm(time.Now())
@@ -101,6 +105,7 @@ func (db *DB) ResolveHold(ctx context.Context, id string, res record.HoldResolut
 		res.DecidedAt = time.Now()
 	}
 	res.DecidedAt = norm(res.DecidedAt)
+	res.DecidedBy, res.Note, res.Params = cleanText(res.DecidedBy), cleanText(res.Note), cleanJSON(res.Params)
 	a, err := prepareAudit(audit, res.DecidedAt)
 	if err != nil {
 		return record.Hold{}, nil, err
@@ -368,6 +373,7 @@ func (db *DB) SetSessionControl(ctx context.Context, c record.SessionControl, au
 		c.At = time.Now()
 	}
 	c.At = norm(c.At)
+	c.SessionID, c.Operator, c.Note = cleanText(c.SessionID), cleanText(c.Operator), cleanText(c.Note)
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode session control: %w", err)
@@ -443,6 +449,11 @@ func prepareAudit(e *record.AuditEntry, at time.Time) (*auditArgs, error) {
 		return nil, fmt.Errorf("storage: audit %s: detail is not valid JSON", e.Type)
 	}
 	a := &auditArgs{entry: *e}
+	x := &a.entry
+	for _, f := range []*string{&x.Type, &x.Operator, &x.SessionID, &x.HoldID, &x.RuleID, &x.Decision, &x.Note} {
+		*f = cleanText(*f)
+	}
+	x.Diff, x.Detail = cleanJSON(x.Diff), cleanJSON(x.Detail)
 	if a.entry.At.IsZero() {
 		a.entry.At = at
 	}

@@ -66,6 +66,22 @@ func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
 	return s
 }
 
+// cleanStep makes rec's text storable in PostgreSQL, whose text refuses NUL bytes and
+// invalid UTF-8 (SQLite stores any bytes): they become U+FFFD, in rec too, so that rec
+// stays what a read returns. Valid text, the usual case, is left as it is.
+func cleanStep(rec *record.StepRecord) {
+	for _, f := range []*string{&rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method, &rec.Kind,
+		&rec.AgentID, &rec.AgentName, &rec.UserID, &rec.KeyID, &rec.Tool, &rec.Text} {
+		*f = cleanText(*f)
+	}
+	rec.Request, rec.Response = cleanJSON(rec.Request), cleanJSON(rec.Response)
+	for i := range rec.MatchedRules {
+		m := &rec.MatchedRules[i]
+		m.RuleID, m.Action, m.Mode, m.ReasonCode, m.Error = cleanText(m.RuleID), cleanText(m.Action),
+			cleanText(m.Mode), cleanText(m.ReasonCode), cleanText(m.Error)
+	}
+}
+
 // SaveStep stores rec, its "step" event and its session's summary, sets rec.Seq, and
 // returns once the transaction that holds it committed. Concurrent calls share one
 // transaction. rec is normalised as the SQLite backend does (UTC nanosecond ReceivedAt, now
@@ -90,6 +106,7 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 	}
 	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
 	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
+	cleanStep(rec)
 	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
 		return fmt.Errorf("storage: encode matched rules: %w", err)

@@ -65,6 +65,22 @@ var stepCases = []testCase{
 			})
 		}
 	}},
+	{"SaveStepKeepsAnyBytes", func(t *testing.T, db storage.Backend) {
+		// Agents send what they send: a NUL byte or invalid UTF-8 must not lose the step. A
+		// backend may store such text changed (U+FFFD), but reads it back as SaveStep left rec.
+		rec := step("nul\x00-session", "allow", 0)
+		rec.Text = "a\x00b \xff\xfe c"
+		rec.Tool = "t\x00ool"
+		rec.AgentName = "\xc3"
+		rec.Request = json.RawMessage("{\"s\":\"\xff\"}")
+		save(t, db, rec)
+		got, err := db.Step(bg(), rec.Seq)
+		require.NoError(t, err)
+		require.Equal(t, *rec, got)
+		s, err := db.Session(bg(), rec.SessionID)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), s.Steps)
+	}},
 	{"SaveStepRejectsIncompleteRecords", func(t *testing.T, db storage.Backend) {
 		for name, rec := range map[string]*record.StepRecord{
 			"no session":   {Method: "m", Decision: "allow"},
