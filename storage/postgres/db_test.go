@@ -373,3 +373,26 @@ func TestSurvivesKilledConnections(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(saved+1), s.Steps)
 }
+
+// TestEventOfAMissingStepIsNull: a step row deleted apart from its event (pruned between
+// the two reads of a page) is published as null rather than failing the page.
+func TestEventOfAMissingStepIsNull(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	var seqs []int64
+	for range 3 {
+		rec := step("s")
+		require.NoError(t, db.SaveStep(ctx, rec))
+		seqs = append(seqs, rec.Seq)
+	}
+	_, err := db.Pool().Exec(ctx, `DELETE FROM steps WHERE seq = $1`, seqs[1])
+	require.NoError(t, err)
+	for _, p := range []record.EventPage{{}, {MaxStepBulk: 10}, {MaxBytes: 1 << 20}} {
+		evs, err := db.EventsPage(ctx, 0, p)
+		require.NoError(t, err)
+		require.Len(t, evs, 3)
+		require.Equal(t, "null", string(evs[1].Payload))
+		require.Contains(t, string(evs[0].Payload), `"seq":`)
+		require.Contains(t, string(evs[2].Payload), `"seq":`)
+	}
+}
