@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -27,6 +28,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 
 Writes a consistent copy of the database to DEST while the guardian keeps running, checks
 it with PRAGMA integrity_check, and prints its size. DEST is only replaced with --force.
+SQLite only: back up a PostgreSQL database with pg_dump (restore with pg_restore).
 
 Flags:
 `)
@@ -54,6 +56,10 @@ Flags:
 		return 2
 	}
 
+	if postgres.IsURL(*db) {
+		fmt.Fprintf(stderr, "vigil backup: %v\n", errPGBackup)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
