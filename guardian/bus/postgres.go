@@ -129,7 +129,9 @@ func (b *Postgres) Start(ctx context.Context) error {
 		return fmt.Errorf("bus: read the newest seq: %w", err)
 	}
 	b.cursor.Store(head)
+	b.mu.Lock()
 	b.conn = conn
+	b.mu.Unlock()
 	b.started.Store(true)
 	return nil
 }
@@ -141,7 +143,9 @@ func (b *Postgres) StartAt(ctx context.Context, after int64) error {
 		return err
 	}
 	b.cursor.Store(after)
+	b.mu.Lock()
 	b.conn = conn
+	b.mu.Unlock()
 	b.started.Store(true)
 	return nil
 }
@@ -161,6 +165,18 @@ func (b *Postgres) listen(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// Close releases the listening connection of a bus started but never run (a start that
+// failed later); a running bus closes it when its context ends.
+func (b *Postgres) Close() {
+	b.mu.Lock()
+	conn := b.conn
+	b.conn = nil
+	b.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close(context.Background())
+	}
+}
+
 // Run delivers events until ctx ends, reconnecting after a lost connection and reading on
 // from its cursor, so no committed event is skipped. Call it once, after Start.
 func (b *Postgres) Run(ctx context.Context) {
@@ -168,8 +184,13 @@ func (b *Postgres) Run(ctx context.Context) {
 		b.log.Error("bus: Run before Start")
 		return
 	}
+	b.mu.Lock()
 	conn := b.conn
 	b.conn = nil
+	b.mu.Unlock()
+	if conn == nil {
+		return // closed
+	}
 	retry := b.opts.Retry
 	for {
 		if conn == nil {
