@@ -41,12 +41,9 @@ func startPostgres(t *testing.T) string {
 	return dsn
 }
 
-// toolStep is a steps/toolCallRequest of session calling tool.
+// toolStep is a steps/toolCallRequest of session calling tool (stepBody's realistic step).
 func toolStep(session, stepID, tool string) []byte {
-	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":{
-"context":{"agent":{"id":"agent-%s","name":"Replica test agent"},"session":{"id":%q},"stepId":%q,"timestamp":"2026-11-22T08:00:00Z"},
-"toolCallRequest":{"executionId":"exec-%s","toolId":%q,"inputs":[{"name":"amount","value":10}]}}}`,
-		session, session, stepID, stepID, tool)
+	return bytes.Replace(stepBody(session, stepID, 0), []byte(`"toolId":"search_web"`), fmt.Appendf(nil, `"toolId":%q`, tool), 1)
 }
 
 // decide posts a step and returns the decision of its answer.
@@ -259,7 +256,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 	live := dialLive(t, reps[0].URL, -1)
 	var answered []string
 
-	t.Run("agents spread over all three", func(t *testing.T) {
+	require.True(t, t.Run("agents spread over all three", func(t *testing.T) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		errs := &counter{}
@@ -286,9 +283,9 @@ func TestReplicasOnPostgres(t *testing.T) {
 		require.Len(t, answered, 180)
 		live.waitSteps(t, answered, 10*time.Second)
 		live.requireOrdered(t)
-	})
+	}))
 
-	t.Run("live replay with after on another replica", func(t *testing.T) {
+	require.True(t, t.Run("live replay with after on another replica", func(t *testing.T) {
 		live.mu.Lock()
 		first := live.frames[0].Seq
 		live.mu.Unlock()
@@ -302,9 +299,9 @@ func TestReplicasOnPostgres(t *testing.T) {
 		for _, id := range answered {
 			require.Equal(t, live.steps[id], replay.steps[id], "step %s has one seq everywhere", id)
 		}
-	})
+	}))
 
-	t.Run("hold on one replica approved on another", func(t *testing.T) {
+	require.True(t, t.Run("hold on one replica approved on another", func(t *testing.T) {
 		var lat []time.Duration
 		for r := range 5 {
 			session := fmt.Sprintf("wire-%d", r)
@@ -344,9 +341,9 @@ func TestReplicasOnPostgres(t *testing.T) {
 		slices.Sort(lat)
 		t.Logf("approval on another replica → agent answered: min %s, median %s, max %s", lat[0], lat[len(lat)/2], lat[len(lat)-1])
 		require.Less(t, lat[len(lat)/2], 100*time.Millisecond, "median time from approval to answer")
-	})
+	}))
 
-	t.Run("rule change and session block reach every replica", func(t *testing.T) {
+	require.True(t, t.Run("rule change and session block reach every replica", func(t *testing.T) {
 		require.Equal(t, http.StatusCreated, apiCall(t, c, http.MethodPost, reps[0].URL+"/api/rules",
 			map[string]string{"id": "deny-shred", "when": `tool == "shred_files"`, "action": "deny", "message": "no shredding"}, nil))
 		start := time.Now()
@@ -384,9 +381,9 @@ func TestReplicasOnPostgres(t *testing.T) {
 			took = append(took, time.Since(start))
 		}
 		t.Logf("session blocked on replica 1 → denied on replicas 0, 1, 2 after %v", took)
-	})
+	}))
 
-	t.Run("SIGKILL of one replica under load", func(t *testing.T) {
+	require.True(t, t.Run("SIGKILL of one replica under load", func(t *testing.T) {
 		victim := reps[2]
 		// A step held on the victim: its agent waits there.
 		heldErr := make(chan error, 1)
@@ -434,6 +431,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 		}
 		eventually(t, 30*time.Second, "load before the kill", func() bool { return n.Load() >= 300 })
 		victim.kill()
+		killedAt := time.Now()
 		eventually(t, 30*time.Second, "load after the kill", func() bool { return n.Load() >= 450 })
 		close(stop)
 		wg.Wait()
@@ -462,7 +460,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 		t.Logf("%d steps answered across the kill, all stored", total)
 
 		// A survivor ends the dead replica's hold: interrupted, never approved.
-		took := eventually(t, 15*time.Second, "the dead replica's hold ended", func() bool {
+		eventually(t, 15*time.Second, "the dead replica's hold ended", func() bool {
 			var got holdView
 			apiCall(t, c, http.MethodGet, reps[1].URL+"/api/holds/"+h.ID, nil, &got)
 			h = got
@@ -471,7 +469,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 		require.Equal(t, "interrupted", h.Status)
 		require.Equal(t, "deny", h.Decision)
 		require.Contains(t, h.Note, "stopped")
-		t.Logf("dead replica's hold ended %s after the kill (--replica-dead-after 1s): %q", took, h.Note)
+		t.Logf("dead replica's hold ended within %s of the kill (--replica-dead-after 1s): %q", time.Since(killedAt).Round(time.Millisecond), h.Note)
 
 		// The live client on replica 0 saw every answered step of every replica, in order.
 		mu.Lock()
@@ -479,7 +477,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 		mu.Unlock()
 		live.waitSteps(t, all, 10*time.Second)
 		live.requireOrdered(t)
-	})
+	}))
 
 	for _, p := range reps[:2] {
 		p.stop()
