@@ -70,10 +70,14 @@ func (r *replication) run(ctx context.Context, hm *holds.Manager, rs *rulesapi.S
 	if r.pg == nil {
 		return func() {}
 	}
-	r.bus.Subscribe(bus.Funcs{
-		Event: func(ev record.Event) { hm.Observe(ev); rs.Observe(ev) },
-		Step:  g.ObserveStep,
-	})
+	r.bus.Subscribe(bus.Funcs{Event: func(ev record.Event) {
+		if ev.Type == record.EventStep {
+			g.ObserveStepEvent(ev)
+			return
+		}
+		hm.Observe(ev)
+		rs.Observe(ev)
+	}})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 3)
 	go func() { defer func() { done <- struct{}{} }(); r.pg.Run(ctx) }()

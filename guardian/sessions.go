@@ -3,6 +3,7 @@ package guardian
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,6 +361,37 @@ func (c *sessionCache) peek(id string) *sessionState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.entries[id]
+}
+
+// ObserveStepEvent is ObserveStep for a "step" event of the replicas' bus, whose payload
+// is the stored record's JSON: it is decoded only for a session in memory.
+func (g *Guardian) ObserveStepEvent(ev record.Event) {
+	s := g.sessions.peek(ev.SessionID)
+	if s == nil {
+		return
+	}
+	var rec record.StepRecord
+	if err := json.Unmarshal(ev.Payload, &rec); err != nil {
+		g.log.Warn("undecodable step event from the bus; the session reloads on its next step", "seq", ev.Seq, "err", err)
+		g.sessions.forget(s)
+		return
+	}
+	if rec.Seq == 0 {
+		rec.Seq = ev.Seq
+	}
+	s.observe(&rec)
+}
+
+// forget drops a session from the cache unless a step is in flight, so its next step
+// loads it from the store.
+func (c *sessionCache) forget(s *sessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[s.id] == s && s.pins.Load() == 0 {
+		c.unlink(s)
+		delete(c.entries, s.id)
+		c.bytes.Add(-s.size.Load())
+	}
 }
 
 // ObserveStep keeps the session cache coherent with steps other replicas stored (the bus

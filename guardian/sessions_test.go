@@ -266,3 +266,27 @@ func TestObserveStepKeepsTheCacheCoherent(t *testing.T) {
 	require.EqualValues(t, 7, h.Steps[0].Seq)
 	require.Equal(t, notOwnerKey, s.admit("a1", "k2", ""), "the other replica's step claimed the session")
 }
+
+// ObserveStepEvent decodes a bus step event only for a session in memory; one it cannot
+// decode drops the session, which its next step reloads from the store.
+func TestObserveStepEvent(t *testing.T) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	g, err := New(Config{}, Options{Store: db})
+	require.NoError(t, err)
+	g.ObserveStepEvent(record.Event{Seq: 1, Type: record.EventStep, SessionID: "absent", Payload: []byte(`not json`)})
+	require.Empty(t, g.sessions.keys())
+
+	s := g.sessions.get(context.Background(), "s1")
+	g.sessions.release(s)
+	g.ObserveStepEvent(record.Event{Seq: 4, Type: record.EventStep, SessionID: "s1",
+		Payload: []byte(`{"sessionId":"s1","method":"m","decision":"deny","text":"t"}`)})
+	h := s.snapshot()
+	require.Len(t, h.Steps, 1)
+	require.EqualValues(t, 4, h.Steps[0].Seq, "the event's seq when the payload has none")
+	require.Equal(t, "deny", h.Steps[0].Decision)
+
+	g.ObserveStepEvent(record.Event{Seq: 5, Type: record.EventStep, SessionID: "s1", Payload: []byte(`{`)})
+	require.Empty(t, g.sessions.keys())
+}

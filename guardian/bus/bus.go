@@ -25,10 +25,11 @@ import (
 // the publisher's, for Local) and must not block: the live hub and the guardian's parts
 // queue or hand off anything slow.
 type Subscriber interface {
-	// Publish receives an event that is not a step.
+	// Publish receives an event. From Local it is never a step; from Postgres steps come
+	// this way too, as "step" events whose payload is the record's JSON.
 	Publish(ev record.Event)
-	// PublishStep receives a stored step. rec is shared by every subscriber and must not
-	// be changed.
+	// PublishStep receives a stored step (Local only). rec is shared by every subscriber
+	// and must not be changed.
 	PublishStep(rec *record.StepRecord)
 }
 

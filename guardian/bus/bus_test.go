@@ -34,6 +34,12 @@ func newRecorder() *recorder { return &recorder{got: make(chan int64, 100000)} }
 func (r *recorder) Publish(ev record.Event) {
 	r.mu.Lock()
 	r.seqs = append(r.seqs, ev.Seq)
+	if ev.Type == record.EventStep {
+		rec := new(record.StepRecord)
+		if json.Unmarshal(ev.Payload, rec) == nil {
+			r.steps = append(r.steps, rec)
+		}
+	}
 	r.mu.Unlock()
 	r.got <- ev.Seq
 }
@@ -162,7 +168,7 @@ func TestPostgresStartsAtTheHeadAndDeliversInOrderWithGaps(t *testing.T) {
 	defer r.mu.Unlock()
 	require.Equal(t, []int64{3, 7, 8, 12}, r.seqs)
 	require.Len(t, r.steps, 1)
-	require.Equal(t, "t8", r.steps[0].Text, "a step event arrives as its record")
+	require.Equal(t, "t8", r.steps[0].Text, "a step event carries its record")
 	require.Equal(t, "s1", r.steps[0].SessionID)
 }
 

@@ -2,8 +2,7 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
+		"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -288,24 +287,16 @@ func (b *Postgres) catchUp(ctx context.Context) error {
 	}
 }
 
+// deliver hands one event to every subscriber. Steps go as events too, their payload the
+// stored record's JSON, undecoded: most subscribers need nothing of most steps (the live
+// hub sends the payload as is; a session history wants only steps of sessions it holds),
+// and decoding every replica's every step on every replica would cost each of them the
+// JSON work of the whole cluster.
 func (b *Postgres) deliver(ev record.Event) {
 	b.mu.Lock()
 	subs := b.subs
 	b.mu.Unlock()
 	b.delivered.Add(1)
-	if ev.Type == record.EventStep {
-		rec := new(record.StepRecord)
-		if err := json.Unmarshal(ev.Payload, rec); err == nil {
-			if rec.Seq == 0 {
-				rec.Seq = ev.Seq
-			}
-			for _, s := range subs {
-				s.PublishStep(rec)
-			}
-			return
-		}
-		b.log.Warn("bus: undecodable step event; passed on as an event", "seq", ev.Seq)
-	}
 	for _, s := range subs {
 		s.Publish(ev)
 	}
