@@ -2,7 +2,7 @@ package bus
 
 import (
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
