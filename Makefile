@@ -11,7 +11,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 GO_SRC := $(shell find . -name '*.go' -not -path './frontend/*' -not -path './bin/*')
 FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -path frontend/e2e -prune -o -type f -print 2>/dev/null)
 
-.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend test lint test-go fuzz systest memtest test-frontend e2e smoke test-agents bench bench-replicas deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -82,7 +82,7 @@ fuzz:
 SOAK ?= 60s
 ## systest: crash test (SIGKILL under load) and bounded soak test against the built binary.
 systest: build
-	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 20m ./test/
+	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) VIGIL_REQUIRE_POSTGRES=1 $(GO) test -count=1 -v -timeout 20m ./test/
 
 ## memtest: 1000 held steps of 1 MiB against the built binary; the server's RSS must stay
 ## under 3x the held bytes (about 2 GB through the server, under a minute; not in `test`);
@@ -120,6 +120,12 @@ bench: build
 		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
 	done
 	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 3
+
+## bench-replicas: one guardian on SQLite vs one, two and three replicas on PostgreSQL
+## (a throwaway server), agents spread round-robin over the replicas (docs/replicas.md).
+bench-replicas: build
+	$(GO) build -o bin/loadgen ./bench/loadgen
+	$(GO) run ./bench/replicas -vigil ./bin/vigil -loadgen ./bin/loadgen -rules bench/rules100.yaml -concurrency 8,32 -duration 3s -rounds 3
 
 clean:
 	rm -rf bin frontend/node_modules

@@ -479,7 +479,26 @@ func TestReplicasOnPostgres(t *testing.T) {
 		live.requireOrdered(t)
 	}))
 
-	for _, p := range reps[:2] {
-		p.stop()
-	}
+	require.True(t, t.Run("graceful shutdown denies its own holds", func(t *testing.T) {
+		got := make(chan string, 1)
+		go func() {
+			d, err := decide(ctx, c, reps[1].URL, toolStep("wire-stop", "wire-stop-1", "wire_money"))
+			if err != nil {
+				d = err.Error()
+			}
+			got <- d
+		}()
+		var h holdView
+		eventually(t, 10*time.Second, "hold on the replica to stop", func() bool {
+			var ok bool
+			h, ok = pendingHold(t, c, reps[0].URL, "wire-stop")
+			return ok
+		})
+		reps[1].stop()
+		require.Equal(t, "deny", <-got)
+		apiCall(t, c, http.MethodGet, reps[0].URL+"/api/holds/"+h.ID, nil, &h)
+		require.Equal(t, "interrupted", h.Status)
+		require.Equal(t, "deny", h.Decision)
+	}))
+	reps[0].stop()
 }
