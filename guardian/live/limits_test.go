@@ -148,9 +148,10 @@ func TestClientBufferBoundedInBytes(t *testing.T) {
 
 	// 200 frames of 128 KiB: 25 MB, well within 256 events. The kernel's socket buffers
 	// take a few megabytes; the hub must not queue the rest.
+	// Not steps: a big step is sent truncated to MaxStepBytes.
 	payload := `{"blob":"` + strings.Repeat("x", 128<<10) + `"}`
 	for range 200 {
-		e.hub.Publish(st.add("step", "s1", payload))
+		e.hub.Publish(st.add("hold.created", "s1", payload))
 	}
 	waitFor(t, func() bool { return e.hub.Clients() == 0 }, "a client holding 25 MB of frames was not dropped")
 	require.EqualValues(t, 1, e.hub.Counters().SlowClients)
