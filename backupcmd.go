@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -54,6 +55,10 @@ Flags:
 		return 2
 	}
 
+	if postgres.IsURL(*db) {
+		fmt.Fprintf(stderr, "vigil backup: %v\n", errPGBackup)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()

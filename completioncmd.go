@@ -11,7 +11,7 @@ import (
 
 // completionTree holds the commands and what follows each, for the completion scripts.
 var completionTree = map[string][]string{
-	"":           {"serve", "rules", "keys", "users", "hook", "export", "backup", "completion", "version", "help"},
+	"":           {"serve", "rules", "keys", "users", "hook", "export", "backup", "migrate", "completion", "version", "help"},
 	"rules":      {"check", "test"},
 	"keys":       {"create", "list", "revoke"},
 	"users":      {"add", "list", "remove", "passwd"},

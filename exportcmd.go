@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/record"
-	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runExport implements `vigil export`: steps and audit entries as JSON Lines, read from the
@@ -33,7 +32,7 @@ Flags:
 `)
 		fset.PrintDefaults()
 	}
-	db := fset.String("db", dbFromEnv(), "SQLite database file (VIGIL_DB)")
+	db := fset.String("db", dbFromEnv(), "SQLite database file or postgres:// URL (VIGIL_DB)")
 	since := fset.String("since", "", "only records at or after this time: RFC 3339 (2026-01-02T15:04:05Z), a date (2026-01-02, UTC) or a duration back from now (24h)")
 	session := fset.String("session", "", "only this session's steps and audit entries")
 	what := fset.String("what", "all", "what to export: steps, audit or all")
@@ -88,7 +87,7 @@ Flags:
 // name (mode 0600: steps carry agents' data) and renamed when complete, so a failed export
 // never leaves a truncated file behind.
 func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
-	ro, err := sqlite.OpenReadOnly(ctx, dbPath)
+	ro, err := openExporter(ctx, dbPath)
 	if err != nil {
 		return record.ExportResult{}, err
 	}

@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/vigil-guardian/vigil/guardian/auth"
-	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runKeys implements `vigil keys create|list|revoke`: the API keys agents send to /aos.
@@ -38,5 +37,5 @@ func authCLI(stdout, stderr io.Writer) *auth.CLI {
 // openAuthStore opens the database the keys and users commands change, with one reader:
 // they run a handful of queries.
 func openAuthStore(ctx context.Context, db string, log *slog.Logger) (auth.ClosableStore, error) {
-	return sqlite.Open(ctx, db, sqlite.Options{Logger: log, Readers: 1})
+	return openAuthDB(ctx, db, log)
 }

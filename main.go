@@ -131,6 +131,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runExport(args, stdout, stderr)
 	case "backup":
 		return runBackup(args, stdout, stderr)
+	case "migrate":
+		return runMigrate(args, stdout, stderr)
 	case "keys":
 		return runKeys(args, stdout, stderr)
 	case "users":
@@ -172,6 +174,8 @@ Usage:
                                 run an MCP stdio server behind Vigil (what an MCP client launches)
   vigil export [flags]          steps and audit as JSON Lines (safe while serving)
   vigil backup [flags] DEST     verified consistent copy of the database (safe while serving)
+  vigil migrate --from FILE --to postgres://…
+                                copy a SQLite installation into an empty PostgreSQL database
   vigil completion bash|zsh|fish  shell completion script (see the README)
   vigil version                 print the version
   vigil help                    this text (also -h, --help)
@@ -200,7 +204,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset := flag.NewFlagSet(name, flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	fset.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "listen address (loopback by default)")
-	fset.StringVar(&cfg.DB, "db", defaultDBPath(), "SQLite database file")
+	fset.StringVar(&cfg.DB, "db", defaultDBPath(), "SQLite database file, or a postgres:// URL (shared by replicas)")
 	fset.StringVar(&cfg.RulesFile, "rules", "", "rules file (YAML or JSON) loaded at start and on SIGHUP")
 	fset.StringVar(&cfg.RulesMode, "rules-mode", "merge", "how the rules file meets stored rules: merge (file wins for its ids) or replace")
 	fset.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -78,7 +78,7 @@ const guardianHistory = 200
 func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
 	db, err := openStore(ctx, cfg.DB, log)
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", cfg.DB, err)
+		return nil, fmt.Errorf("open database %s: %w", redactDSN(cfg.DB), err)
 	}
 	origins, publicHost, err := publicOrigins(cfg.PublicURL)
 	if err != nil {

@@ -1,0 +1,349 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/internal/pgtest"
+	"github.com/vigil-guardian/vigil/record"
+)
+
+func step(sid string) *record.StepRecord {
+	return &record.StepRecord{SessionID: sid, Method: "steps/toolCallRequest", Kind: "toolCall", Decision: "allow"}
+}
+
+func TestMigrationsAreTrackedAndReopenIsANoop(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	ctx := context.Background()
+	db, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	rec := step("s")
+	require.NoError(t, db.SaveStep(ctx, rec))
+	require.NoError(t, db.Close())
+
+	// Replicas starting together: every Open migrates under one lock, none fails.
+	var wg sync.WaitGroup
+	dbs := make([]*DB, 4)
+	errs := make([]error, 4)
+	for i := range dbs {
+		wg.Go(func() { dbs[i], errs[i] = Open(ctx, dsn, Options{}) })
+	}
+	wg.Wait()
+	for i := range dbs {
+		require.NoError(t, errs[i])
+		defer dbs[i].Close()
+	}
+	got, err := dbs[0].Step(ctx, rec.Seq)
+	require.NoError(t, err)
+	require.Equal(t, "s", got.SessionID)
+	var versions []int
+	rows, err := dbs[0].Pool().Query(ctx, `SELECT version FROM vigil_migrations ORDER BY version`)
+	require.NoError(t, err)
+	versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Len(t, versions, SchemaVersion())
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	ctx := context.Background()
+	db, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	_, err = db.Pool().Exec(ctx, `INSERT INTO vigil_migrations (version, name) VALUES ($1, 'from the future')`, SchemaVersion()+1)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, err = Open(ctx, dsn, Options{})
+	require.ErrorIs(t, err, ErrSchemaTooNew)
+}
+
+func TestDescribeHasNoPassword(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://vigil:s3cret@db.example:5433/guard?sslmode=require", "postgres://vigil@db.example:5433/guard"},
+		{"postgresql://vigil@localhost/guard?password=s3cret", "postgres://vigil@localhost:5432/guard"},
+	} {
+		cfg, err := pgx.ParseConfig(tc.dsn)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, describe(cfg))
+	}
+	_, err := Open(context.Background(), "postgres://u:s3cret@host:notaport/db", Options{})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+}
+
+func TestIsURL(t *testing.T) {
+	for dsn, want := range map[string]bool{
+		"postgres://h/db": true, "postgresql://h/db": true, "POSTGRES://h/db": true,
+		"vigil.db": false, "/var/lib/vigil/vigil.db": false, "postgres.db": false,
+	} {
+		require.Equal(t, want, IsURL(dsn), dsn)
+	}
+}
+
+// TestNotifyOnCommit: every event-writing transaction notifies NotifyChannel with the
+// highest seq it committed.
+func TestNotifyOnCommit(t *testing.T) {
+	db := openTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := db.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN "+NotifyChannel)
+	require.NoError(t, err)
+	next := func() int64 {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.Equal(t, NotifyChannel, n.Channel)
+		seq, err := strconv.ParseInt(n.Payload, 10, 64)
+		require.NoError(t, err)
+		return seq
+	}
+	rec := step("s")
+	require.NoError(t, db.SaveStep(ctx, rec))
+	require.Equal(t, rec.Seq, next())
+	events, err := db.CreateHold(ctx, &record.Hold{ID: "h", SessionID: "s", Method: "m", OnTimeout: "deny"},
+		&record.AuditEntry{Type: record.AuditHoldCreated})
+	require.NoError(t, err)
+	require.Equal(t, events[1].Seq, next(), "the highest seq of the transaction")
+	// A write without events (and a failed one) notifies nothing.
+	require.NoError(t, db.SetHoldSeq(ctx, "h", rec.Seq))
+	_, _, err = db.ResolveHold(ctx, "nope", record.HoldResolution{Status: record.HoldDenied, Decision: "deny"}, nil)
+	require.ErrorIs(t, err, record.ErrNotFound)
+	ev := &record.Event{Type: "x"}
+	require.NoError(t, db.AppendEvent(ctx, ev))
+	require.Equal(t, ev.Seq, next())
+}
+
+// TestTwoProcessesShareOneSeqOrder: two DBs (as two replicas would) write concurrently;
+// their seqs are one sequence, and a poller on either never skips an event.
+func TestTwoProcessesShareOneSeqOrder(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	ctx := context.Background()
+	a, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	defer b.Close()
+
+	done := make(chan struct{})
+	seenc := make(chan []int64, 1)
+	go func() {
+		var seen []int64
+		var after int64
+		poll := func() int {
+			evs, err := b.EventsAfter(ctx, after, 5)
+			if err != nil {
+				t.Error(err)
+				return 0
+			}
+			for _, e := range evs {
+				seen = append(seen, e.Seq)
+				after = e.Seq
+			}
+			return len(evs)
+		}
+		for {
+			select {
+			case <-done:
+				for poll() > 0 {
+				}
+				seenc <- seen
+				return
+			default:
+				poll()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		db := a
+		if w%2 == 1 {
+			db = b
+		}
+		wg.Go(func() {
+			for i := range 40 {
+				if i%10 == 9 {
+					if _, err := db.AppendAudit(ctx, &record.AuditEntry{Type: "x.y"}); err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				if err := db.SaveStep(ctx, step(fmt.Sprint("s", w))); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	seen := <-seenc
+	var all []int64
+	var after int64
+	for {
+		evs, err := a.EventsAfter(ctx, after, 1000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			all = append(all, e.Seq)
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	require.Len(t, all, 8*40)
+	require.Equal(t, all, seen)
+}
+
+// TestResolveHoldAcrossProcesses: of two replicas deciding one hold, one wins.
+func TestResolveHoldAcrossProcesses(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	ctx := context.Background()
+	a, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	for round := range 10 {
+		id := fmt.Sprint("h", round)
+		_, err := a.CreateHold(ctx, &record.Hold{ID: id, SessionID: "s", Method: "m", OnTimeout: "deny"}, nil)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, db := range []*DB{a, b} {
+			wg.Go(func() {
+				_, _, errs[i] = db.ResolveHold(ctx, id, record.HoldResolution{Status: record.HoldApproved,
+					Decision: "allow", DecidedBy: fmt.Sprint("replica", i)}, nil)
+			})
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			if err == nil {
+				wins++
+			} else {
+				require.ErrorIs(t, err, record.ErrHoldDecided)
+			}
+		}
+		require.Equal(t, 1, wins)
+	}
+}
+
+func TestWritesAfterCloseFail(t *testing.T) {
+	db, err := Open(context.Background(), pgtest.Need(t, srv), Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close(), "Close twice is fine")
+	require.ErrorIs(t, db.SaveStep(context.Background(), step("s")), ErrClosed)
+	require.ErrorIs(t, db.AppendEvent(context.Background(), &record.Event{Type: "x"}), ErrClosed)
+}
+
+func TestContextCancellation(t *testing.T) {
+	db := openTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, db.SaveStep(ctx, step("s")), context.Canceled)
+	err := db.AppendEvent(ctx, &record.Event{Type: "x"})
+	require.True(t, errors.Is(err, context.Canceled), err)
+	_, err = db.Sessions(ctx, record.SessionQuery{})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestCloseWaitsForSavesInFlight: SaveStep calls racing Close either succeed (and their
+// step is stored) or get ErrClosed; none is lost or hangs.
+func TestCloseWaitsForSavesInFlight(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	ctx := context.Background()
+	db, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		saved []int64
+	)
+	for i := range 50 {
+		wg.Go(func() {
+			rec := step(fmt.Sprint("s", i%5))
+			err := db.SaveStep(ctx, rec)
+			if err == nil {
+				mu.Lock()
+				saved = append(saved, rec.Seq)
+				mu.Unlock()
+			} else if !errors.Is(err, ErrClosed) {
+				t.Error(err)
+			}
+		})
+	}
+	require.NoError(t, db.Close())
+	wg.Wait()
+	db2, err := Open(ctx, dsn, Options{})
+	require.NoError(t, err)
+	defer db2.Close()
+	for _, seq := range saved {
+		_, err := db2.Step(ctx, seq)
+		require.NoError(t, err)
+	}
+}
+
+// TestRefusedStepFailsAlone: a step PostgreSQL refuses (here an id too big for its index)
+// fails its own SaveStep only; the steps that shared its batch are stored.
+func TestRefusedStepFailsAlone(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	huge := make([]byte, 64<<10)
+	_, _ = rand.Read(huge)
+	var (
+		wg   sync.WaitGroup
+		bad  error
+		errs = make([]error, 40)
+	)
+	wg.Go(func() { bad = db.SaveStep(ctx, step(hex.EncodeToString(huge))) })
+	for i := range errs {
+		wg.Go(func() { errs[i] = db.SaveStep(ctx, step(fmt.Sprint("s", i%4))) })
+	}
+	wg.Wait()
+	require.Error(t, bad)
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	page, err := db.Sessions(ctx, record.SessionQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, 4)
+}
+
+func TestPruneBySize(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	var seqs []int64
+	for i := range 200 {
+		rec := step(fmt.Sprint("s", i%10))
+		rec.Text = fmt.Sprint("step ", i)
+		require.NoError(t, db.SaveStep(ctx, rec))
+		seqs = append(seqs, rec.Seq)
+	}
+	used, err := db.UsedBytes(ctx)
+	require.NoError(t, err)
+	res, err := db.Prune(ctx, time.Now(), record.Retention{MaxBytes: used / 2, BatchSize: 30})
+	require.NoError(t, err)
+	// 200 steps at used bytes, brought to 0.45 of it pro rata: about 110 go, the oldest.
+	require.InDelta(t, 110, res.Steps, 3)
+	require.Equal(t, int(res.Steps+29)/30, res.Batches)
+	left, err := db.StepsBefore(ctx, 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, left, 200-int(res.Steps))
+	require.Equal(t, seqs[res.Steps], left[0].Seq)
+	res, err = db.Prune(ctx, time.Now(), record.Retention{MaxBytes: 1 << 40})
+	require.NoError(t, err)
+	require.Zero(t, res.Steps, "under the bound nothing goes")
+}

@@ -1,0 +1,256 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/vigil-guardian/vigil/record"
+)
+
+// AppendEvent stores a non-step event, sets ev.Seq (and normalises ev.At) once committed.
+func (db *DB) AppendEvent(ctx context.Context, ev *record.Event) error {
+	switch ev.Type {
+	case "":
+		return errors.New("storage: event has no type")
+	case record.EventStep:
+		return errors.New(`storage: "step" events are written by SaveStep`)
+	}
+	payload := ev.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	} else if !json.Valid(payload) {
+		return fmt.Errorf("storage: %s event payload is not valid JSON", ev.Type)
+	}
+	if ev.At.IsZero() {
+		ev.At = time.Now()
+	}
+	ev.At = norm(ev.At)
+	ev.Type, ev.SessionID, payload = cleanText(ev.Type), cleanText(ev.SessionID), cleanJSON(payload)
+	var seq int64
+	err := db.writeTx(ctx, func(t *seqTx) error {
+		e, err := t.event(ev.Type, ev.SessionID, ev.At, payload)
+		seq = e.Seq
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storage: append %s event: %w", ev.Type, err)
+	}
+	ev.Seq = seq
+	return nil
+}
+
+// pageOverhead is what an event costs beyond its payload's bulk in MaxBytes accounting.
+const pageOverhead = 512
+
+// EventsAfter returns events with seq > after in seq order, at most limit (clamped to
+// 1..1000, default 500). A step event's payload is the step as Step returns it.
+func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]record.Event, error) {
+	return db.EventsPage(ctx, after, record.EventPage{Limit: limit})
+}
+
+// stepBulkSQL is a step's bulky size; octet_length reads a toasted value's size without
+// its content.
+const stepBulkSQL = `coalesce(octet_length(s.request), 0) + coalesce(octet_length(s.response), 0) + octet_length(s.text)`
+
+// EventsPage is EventsAfter bounded in bytes as well, with big steps optionally truncated.
+// One statement reads the events and their steps, so they come from one snapshot; events
+// are visible in seq order because seqs are taken in commit order.
+func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
+	p.Limit = clamp(p.Limit, 500, 1000)
+	cols := fmt.Sprintf(outerStepColumns, "s.request", "s.response", "s.text")
+	if p.MaxStepBulk > 0 {
+		// The bulky columns of a big step are not read; of its text, a prefix (left counts
+		// characters, at least as many as TruncatedTextBytes bytes; cut to bytes below).
+		big := "(" + stepBulkSQL + ") > $3"
+		cols = fmt.Sprintf(outerStepColumns, "CASE WHEN "+big+" THEN NULL ELSE s.request END",
+			"CASE WHEN "+big+" THEN NULL ELSE s.response END",
+			"CASE WHEN "+big+" THEN left(s.text, 4096) ELSE s.text END")
+	}
+	query := `SELECT e.seq, e.type, e.session_id, e.at, e.payload, s.seq IS NOT NULL,
+		coalesce(` + stepBulkSQL + `, 0), ` + cols + `
+		FROM events e LEFT JOIN steps s ON s.seq = e.seq
+		WHERE e.seq > $1 ORDER BY e.seq LIMIT $2`
+	args := []any{after, p.Limit}
+	if p.MaxStepBulk > 0 {
+		args = append(args, p.MaxStepBulk)
+	}
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
+	}
+	defer rows.Close()
+	events := make([]record.Event, 0, min(p.Limit, 64))
+	size := 0
+	for rows.Next() {
+		var (
+			ev      record.Event
+			at      int64
+			payload *string
+			isStep  bool
+			bulk    int
+		)
+		rec, err := scanStepAfter(rows, []any{&ev.Seq, &ev.Type, &ev.SessionID, &at, &payload, &isStep, &bulk})
+		if err != nil {
+			return nil, fmt.Errorf("storage: events after %d: %w", after, err)
+		}
+		ev.At = time.Unix(0, at).UTC()
+		if payload != nil {
+			ev.Payload = json.RawMessage(*payload)
+		}
+		truncated := p.MaxStepBulk > 0 && bulk > p.MaxStepBulk
+		if p.MaxBytes > 0 {
+			b := bulk
+			if truncated {
+				b = record.TruncatedTextBytes
+			}
+			n := pageOverhead + len(ev.Payload) + b
+			if len(events) > 0 && size+n > p.MaxBytes {
+				break
+			}
+			size += n
+		}
+		if ev.Type == record.EventStep {
+			if !isStep {
+				// The step row is gone (pruned apart from its event): null, not a failed page.
+				ev.Payload = json.RawMessage("null")
+			} else {
+				if truncated {
+					rec.Truncated = true
+					rec.Text = record.CutText(rec.Text, record.TruncatedTextBytes)
+				}
+				b, err := json.Marshal(&rec)
+				if err != nil {
+					return nil, fmt.Errorf("storage: encode step %d: %w", ev.Seq, err)
+				}
+				ev.Payload = b
+			}
+		}
+		events = append(events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
+	}
+	return events, nil
+}
+
+// outerStepColumns are stepColumns of the steps row an event was LEFT JOINed to, NULLs
+// made zero values so an event without a step scans too; %[1]s, %[2]s and %[3]s are the
+// request, response and text expressions.
+const outerStepColumns = `coalesce(s.seq, 0), coalesce(s.session_id, ''), coalesce(s.turn_id, ''),
+	coalesce(s.step_id, ''), coalesce(s.method, ''), coalesce(s.kind, ''), coalesce(s.agent_id, ''),
+	coalesce(s.agent_name, ''), coalesce(s.user_id, ''), coalesce(s.tool, ''),
+	coalesce(s.decision, ''), coalesce(s.received_at, 0), %[1]s, %[2]s,
+	coalesce(s.matched_rules, '[]'), coalesce(s.latency_micros, 0), coalesce(%[3]s, ''),
+	coalesce(s.held, false), coalesce(s.key_id, '')`
+
+// scanStepAfter scans head's destinations, then a step.
+func scanStepAfter(rows pgx.Rows, head []any) (record.StepRecord, error) {
+	return scanStep(prependScanner{rows, head})
+}
+
+type prependScanner struct {
+	rows pgx.Rows
+	head []any
+}
+
+func (p prependScanner) Scan(dest ...any) error {
+	return p.rows.Scan(append(append([]any{}, p.head...), dest...)...)
+}
+
+const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,
+	s.last_seq, s.steps, s.last_method, s.control, s.decisions::text, s.key_id,
+	(SELECT count(*) FROM holds h WHERE h.session_id = s.id AND h.status = 'pending')`
+
+func scanSession(row pgx.Row) (record.Session, error) {
+	var (
+		s                   record.Session
+		firstSeen, lastSeen int64
+		decisions           string
+	)
+	if err := row.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
+		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID, &s.PendingHolds); err != nil {
+		return record.Session{}, err
+	}
+	s.FirstSeen = time.Unix(0, firstSeen).UTC()
+	s.LastSeen = time.Unix(0, lastSeen).UTC()
+	s.Decisions = map[string]int64{}
+	if err := json.Unmarshal([]byte(decisions), &s.Decisions); err != nil {
+		return record.Session{}, fmt.Errorf("decode decisions of session %q: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+// Sessions pages through sessions newest first by last activity, ties broken by id, with
+// keyset pagination on the cursor q.Before. Limit is clamped to 1..500 (default 50). Search
+// keeps sessions whose id, agent id, agent name or user id contains it, ignoring case.
+func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
+	limit := clamp(q.Limit, 50, 500)
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if q.Before != "" {
+		lastSeen, id, err := record.DecodeCursor(q.Before)
+		if err != nil {
+			return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
+		}
+		where = append(where, "(s.last_seen, s.id) < ("+arg(lastSeen)+", "+arg(id)+")")
+	}
+	if q.Search != "" {
+		p := arg("%" + escapeLike(q.Search) + "%")
+		where = append(where, `(s.id ILIKE `+p+` OR s.agent_id ILIKE `+p+`
+			OR s.agent_name ILIKE `+p+` OR s.user_id ILIKE `+p+`)`)
+	}
+	query := `SELECT ` + sessionColumns + ` FROM sessions s`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	query += ` ORDER BY s.last_seen DESC, s.id DESC LIMIT ` + arg(limit+1)
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
+	}
+	defer rows.Close()
+	page := record.SessionPage{Sessions: make([]record.Session, 0, min(limit, 64))}
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
+		}
+		page.Sessions = append(page.Sessions, s)
+	}
+	if err := rows.Err(); err != nil {
+		return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
+	}
+	if len(page.Sessions) > limit {
+		page.Sessions = page.Sessions[:limit]
+		page.Next = record.SessionCursor(page.Sessions[limit-1])
+	}
+	return page, nil
+}
+
+// Session returns one session's summary, or ErrNotFound.
+func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
+	s, err := scanSession(db.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)
+	}
+	if err != nil {
+		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
+	}
+	return s, nil
+}
+
+// escapeLike makes s match literally inside a LIKE pattern (backslash is the default escape).
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

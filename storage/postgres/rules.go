@@ -1,0 +1,313 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/vigil-guardian/vigil/jsonpatch"
+	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/rules"
+)
+
+// AuditRulePrefix starts the audit type of a rule change ("rule." + op).
+const AuditRulePrefix = "rule."
+
+// ListRules returns every rule by id.
+func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, version, rule, updated_at FROM rules ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("storage: list rules: %w", err)
+	}
+	defer rows.Close()
+	out := []rules.Rule{}
+	for rows.Next() {
+		r, err := scanRule(rows)
+		if err != nil {
+			return nil, fmt.Errorf("storage: list rules: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("storage: list rules: %w", err)
+	}
+	return out, nil
+}
+
+// GetRule returns one rule, or ErrNotFound.
+func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
+	r, err := scanRule(db.pool.QueryRow(ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, record.ErrNotFound)
+	}
+	if err != nil {
+		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, err)
+	}
+	return r, nil
+}
+
+func scanRule(row pgx.Row) (rules.Rule, error) {
+	var (
+		id        string
+		version   int
+		js        string
+		updatedAt int64
+	)
+	if err := row.Scan(&id, &version, &js, &updatedAt); err != nil {
+		return rules.Rule{}, err
+	}
+	var r rules.Rule
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		return rules.Rule{}, fmt.Errorf("decode rule %q: %w", id, err)
+	}
+	r.ID, r.Version, r.UpdatedAt = id, version, time.Unix(0, updatedAt).UTC()
+	return r, nil
+}
+
+// RuleVersions returns every version of a rule, newest first; ErrNotFound when it never
+// existed.
+func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error) {
+	rows, err := db.pool.Query(ctx, `SELECT version, rule, saved_at, operator, op
+		FROM rule_versions WHERE rule_id = $1 ORDER BY version DESC`, id)
+	if err != nil {
+		return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
+	}
+	defer rows.Close()
+	var out []record.RuleVersion
+	for rows.Next() {
+		v, err := scanRuleVersion(rows, id)
+		if err != nil {
+			return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("storage: versions of rule %q: %w", id, record.ErrNotFound)
+	}
+	return out, nil
+}
+
+// RuleVersion returns one version of a rule, or ErrNotFound.
+func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error) {
+	v, err := scanRuleVersion(db.pool.QueryRow(ctx, `SELECT version, rule, saved_at, operator, op
+		FROM rule_versions WHERE rule_id = $1 AND version = $2`, id, version), id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, record.ErrNotFound)
+	}
+	if err != nil {
+		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, err)
+	}
+	return v, nil
+}
+
+func scanRuleVersion(row pgx.Row, id string) (record.RuleVersion, error) {
+	var (
+		v       record.RuleVersion
+		js      string
+		savedAt int64
+	)
+	if err := row.Scan(&v.Version, &js, &savedAt, &v.Operator, &v.Op); err != nil {
+		return record.RuleVersion{}, err
+	}
+	if err := json.Unmarshal([]byte(js), &v.Rule); err != nil {
+		return record.RuleVersion{}, fmt.Errorf("decode rule %q version %d: %w", id, v.Version, err)
+	}
+	v.RuleID, v.SavedAt = id, time.Unix(0, savedAt).UTC()
+	v.Rule.ID, v.Rule.Version, v.Rule.UpdatedAt = id, v.Version, v.SavedAt
+	return v, nil
+}
+
+// ApplyRules commits several rule changes, their versions, events and audit entries in one
+// transaction, and returns the rules as saved and the events in seq order: one
+// rule.changed event per change (or one for the batch when b.EventOp is set), then one
+// audit entry per change.
+func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error) {
+	if len(b.Changes) == 0 {
+		return nil, nil, errors.New("storage: empty rule batch")
+	}
+	at := b.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	at = time.Unix(0, at.UnixNano()).UTC()
+	changes := make([]record.RuleChange, len(b.Changes))
+	for i, c := range b.Changes {
+		switch {
+		case c.Rule.ID == "":
+			return nil, nil, fmt.Errorf("storage: rule change %d has no rule id", i)
+		case c.Op == "":
+			return nil, nil, fmt.Errorf("storage: rule change %d (%q) has no op", i, c.Rule.ID)
+		}
+		r := c.Rule
+		if r.ExpiresAt != nil {
+			e := r.ExpiresAt.UTC()
+			r.ExpiresAt = &e
+		}
+		changes[i] = record.RuleChange{Op: c.Op, Rule: r}
+	}
+	var (
+		saved  []rules.Rule
+		events []record.Event
+	)
+	err := db.writeTx(ctx, func(t *seqTx) error {
+		saved, events = make([]rules.Rule, 0, len(changes)), make([]record.Event, 0, 2*len(changes))
+		ids := make([]string, 0, len(changes))
+		audits := make([]ruleAudit, 0, len(changes))
+		for _, c := range changes {
+			before, err := currentRule(t, c.Rule.ID)
+			if err != nil {
+				return err
+			}
+			r, err := applyRuleChange(t, c, b.Operator, at)
+			if err != nil {
+				return err
+			}
+			saved = append(saved, r)
+			ids = append(ids, r.ID)
+			audits = append(audits, ruleAudit{op: c.Op, before: before, after: r})
+			if b.EventOp != "" {
+				continue
+			}
+			p := record.RuleChangedPayload{Op: c.Op, RuleID: r.ID}
+			if c.Op != record.RuleOpDelete {
+				p.Rule = &r
+			}
+			ev, err := ruleEvent(t, p, at)
+			if err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
+		if b.EventOp != "" {
+			ev, err := ruleEvent(t, record.RuleChangedPayload{Op: b.EventOp, RuleIDs: ids}, at)
+			if err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
+		for _, a := range audits {
+			ev, err := ruleAuditTx(t, a, b.Operator, at)
+			if err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return saved, events, nil
+}
+
+func currentRule(t *seqTx, id string) (*rules.Rule, error) {
+	r, err := scanRule(t.QueryRow(t.ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: rule %q: %w", id, err)
+	}
+	return &r, nil
+}
+
+type ruleAudit struct {
+	op     string
+	before *rules.Rule
+	after  rules.Rule
+}
+
+// ruleAuditTx writes the audit entry of one rule change: its diff as a JSON Patch of the
+// rule's content (without version and time) and the new version in its detail.
+func ruleAuditTx(t *seqTx, a ruleAudit, operator string, at time.Time) (record.Event, error) {
+	content := func(r *rules.Rule) (json.RawMessage, error) {
+		if r == nil {
+			return json.RawMessage("null"), nil
+		}
+		c := *r
+		c.Version, c.UpdatedAt = 0, time.Time{}
+		return json.Marshal(c)
+	}
+	from, err := content(a.before)
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
+	}
+	to := json.RawMessage("null")
+	if a.op != record.RuleOpDelete {
+		if to, err = content(&a.after); err != nil {
+			return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
+		}
+	}
+	ops, err := jsonpatch.Diff(from, to)
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
+	}
+	diff, err := json.Marshal(ops)
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
+	}
+	detail, err := json.Marshal(map[string]any{"version": a.after.Version})
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
+	}
+	return appendAudit(t, &auditArgs{entry: record.AuditEntry{Type: AuditRulePrefix + a.op, Operator: operator,
+		RuleID: a.after.ID, At: at, Diff: diff, Detail: detail}})
+}
+
+// applyRuleChange saves one change as the rule's next version (numbering continues across
+// deletes) and returns the rule as saved; a delete of an unknown rule is ErrNotFound.
+func applyRuleChange(t *seqTx, c record.RuleChange, operator string, at time.Time) (rules.Rule, error) {
+	ctx, id := t.ctx, c.Rule.ID
+	var prev int
+	if err := t.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM rule_versions WHERE rule_id = $1`, id).Scan(&prev); err != nil {
+		return rules.Rule{}, fmt.Errorf("storage: rule %q: read version: %w", id, err)
+	}
+	r := c.Rule
+	if c.Op == record.RuleOpDelete {
+		cur, err := scanRule(t.QueryRow(ctx, `DELETE FROM rules WHERE id = $1 RETURNING id, version, rule, updated_at`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return rules.Rule{}, fmt.Errorf("storage: delete rule %q: %w", id, record.ErrNotFound)
+		}
+		if err != nil {
+			return rules.Rule{}, fmt.Errorf("storage: delete rule %q: %w", id, err)
+		}
+		r = cur
+	}
+	r.Version, r.UpdatedAt = prev+1, at
+	js, err := json.Marshal(r)
+	if err != nil {
+		return rules.Rule{}, fmt.Errorf("storage: encode rule %q: %w", id, err)
+	}
+	if c.Op != record.RuleOpDelete {
+		if _, err := t.Exec(ctx, `INSERT INTO rules (id, version, enabled, rule, updated_at)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (id) DO UPDATE SET version = excluded.version, enabled = excluded.enabled,
+				rule = excluded.rule, updated_at = excluded.updated_at`,
+			id, r.Version, r.Enabled, string(js), at.UnixNano()); err != nil {
+			return rules.Rule{}, fmt.Errorf("storage: save rule %q: %w", id, err)
+		}
+	}
+	if _, err := t.Exec(ctx, `INSERT INTO rule_versions (rule_id, version, rule, saved_at, operator, op)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, r.Version, string(js), at.UnixNano(), operator, c.Op); err != nil {
+		return rules.Rule{}, fmt.Errorf("storage: record version %d of rule %q: %w", r.Version, id, err)
+	}
+	return r, nil
+}
+
+func ruleEvent(t *seqTx, p record.RuleChangedPayload, at time.Time) (record.Event, error) {
+	js, err := json.Marshal(p)
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: encode rule event: %w", err)
+	}
+	ev, err := t.event(record.EventRuleChanged, "", at, js)
+	if err != nil {
+		return record.Event{}, fmt.Errorf("storage: %w", err)
+	}
+	return ev, nil
+}
