@@ -66,7 +66,11 @@ func (r *replication) join(ctx context.Context, cfg Config, db storage.Backend, 
 // run makes this replica follow the others (holds decided and sessions controlled
 // elsewhere, rule changes, other replicas' steps in the session histories) and starts the
 // bus and the registry. It returns a function that stops them.
-func (r *replication) run(ctx context.Context, hm *holds.Manager, rs *rulesapi.Service, g *guardian.Guardian) func() {
+//
+// Holds, session controls and session histories follow an event before the live hub gets
+// it, so a console that has seen a step or a control knows the replica acts on it (a rule
+// change starts its reload then).
+func (r *replication) run(ctx context.Context, hm *holds.Manager, rs *rulesapi.Service, g *guardian.Guardian, hub bus.Subscriber) func() {
 	if r.pg == nil {
 		return func() {}
 	}
@@ -78,6 +82,7 @@ func (r *replication) run(ctx context.Context, hm *holds.Manager, rs *rulesapi.S
 		hm.Observe(ev)
 		rs.Observe(ev)
 	}})
+	r.bus.Subscribe(hub)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 3)
 	go func() { defer func() { done <- struct{}{} }(); r.pg.Run(ctx) }()

@@ -159,7 +159,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		MaxClientsPerIdentity: cfg.MaxLivePerClient,
 		Identify:              liveIdentity,
 	})
-	repl.bus.Subscribe(hub)
+	if !repl.bus.Shared() {
+		repl.bus.Subscribe(hub) // replicas subscribe it in repl.run, after their own state
+	}
 	hubDone := make(chan struct{})
 	go func() {
 		defer close(hubDone)
@@ -319,7 +321,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
 	aapGW.g = g
-	s.closers = append(s.closers, repl.run(runCtx, hm, rs, g))
+	s.closers = append(s.closers, repl.run(runCtx, hm, rs, g, hub))
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)
