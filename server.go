@@ -255,6 +255,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		DefaultTimeout:     cfg.HoldTimeout,
 		Logger:             log,
 	}
+	holdOpts.InputsFrom = guardian.HoldInputs
 	if err := repl.join(ctx, cfg, db, url, obs.fan.Publish, &holdOpts); err != nil {
 		return fail(err)
 	}

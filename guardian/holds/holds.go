@@ -183,6 +183,10 @@ type Options struct {
 	// Owner, when set, records which process waits on each hold, so that the holds of a
 	// process that died can be ended by another.
 	Owner Owner
+	// InputsFrom, when set, reads a tool call's inputs from a stored hold's request, so
+	// that a hold whose agent waits on another replica can be approved and remembered by
+	// inputs here; without it, remembering such a hold is refused.
+	InputsFrom func(request json.RawMessage) map[string]any
 }
 
 // Owner records which guardian process a pending hold's agent waits on.
@@ -279,6 +283,7 @@ type Manager struct {
 	log            *slog.Logger
 	shared         bool
 	owner          Owner
+	inputsFrom     func(json.RawMessage) map[string]any
 
 	mu      sync.Mutex
 	pending map[string]*waiter
@@ -355,6 +360,7 @@ func NewManager(opts Options) *Manager {
 		log:            opts.Logger,
 		shared:         opts.Shared,
 		owner:          opts.Owner,
+		inputsFrom:     opts.InputsFrom,
 		maxBytes:       opts.MaxPendingBytes,
 		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
@@ -1003,10 +1009,24 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 	if h.Status != StatusPending {
 		return h, conflictError(h)
 	}
-	if d.Remember != nil {
-		return Hold{}, &FieldError{Field: "remember", Message: "this hold's step is not waiting on this guardian; approve it without remembering"}
-	}
 	req := &decideReq{ctx: ctx, status: status, decision: action, operator: operator, note: d.Note}
+	if d.Remember != nil {
+		if m.remember == nil {
+			return Hold{}, &FieldError{Field: "remember", Message: "remembering approvals is not enabled"}
+		}
+		if m.inputsFrom == nil {
+			return Hold{}, &FieldError{Field: "remember", Message: "this hold's step is not waiting on this guardian; approve it without remembering"}
+		}
+		// The agent waits on another replica; the rule is built from the stored hold as it
+		// would be there from the waiting step.
+		stored := Request{SessionID: h.SessionID, AgentID: h.AgentID, Method: h.Method, Kind: h.Kind,
+			Tool: h.Tool, Request: h.Request, Inputs: func() map[string]any { return m.inputsFrom(h.Request) }}
+		r, err := RememberRule(stored, *d.Remember, operator, id, m.clock.Now())
+		if err != nil {
+			return Hold{}, err
+		}
+		req.rule, req.scope = &r, d.Remember.Scope
+	}
 	if status == StatusModified {
 		if req.params, err = m.checkParams(h.Method, params); err != nil {
 			return Hold{}, err
@@ -1029,6 +1049,16 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 		return Hold{}, fmt.Errorf("holds: store decision: %w", err)
 	}
 	m.publishAll(events)
+	if req.rule != nil {
+		// Saved once the decision won. The waiting agent is answered by its own replica
+		// when the decision reaches it, which may be a moment before the rule does: a
+		// repeat of the step within those milliseconds may be held once more.
+		if err := m.remember(context.WithoutCancel(ctx), *req.rule); err != nil {
+			m.log.Error("could not save remembered approval", "hold", id, "rule", req.rule.ID, "err", err)
+			return stored, fmt.Errorf("holds: %w: %w", ErrRememberFailed, err)
+		}
+		m.log.Info("approval remembered", "hold", id, "rule", req.rule.ID, "scope", req.scope)
+	}
 	return stored, nil
 }
 

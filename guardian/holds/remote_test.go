@@ -18,11 +18,15 @@ import (
 
 // replica is a second Manager over e's store: another guardian process sharing the
 // database. Its events are what a bus carries to e.m.Observe.
-func (e *env) replica() (*holds.Manager, *recorder) {
+func (e *env) replica(opts ...envOption) (*holds.Manager, *recorder) {
 	e.t.Helper()
 	rec := newRecorder()
-	m := holds.NewManager(holds.Options{Store: e.db, Clock: e.clock, Publish: rec.publish, Shared: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := holds.Options{Store: e.db, Clock: e.clock, Publish: rec.publish, Shared: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range opts {
+		f(&o)
+	}
+	m := holds.NewManager(o)
 	require.NoError(e.t, m.Start(e.ctx))
 	return m, rec
 }
@@ -208,4 +212,56 @@ func TestConflictWithADecisionElsewhereKeepsTheModifications(t *testing.T) {
 	r := receive(t, ch)
 	require.Equal(t, rules.ActionModify, r.out.Decision)
 	require.Contains(t, string(r.out.Params), "[redacted]")
+}
+
+// Approve and remember works on a replica the agent does not wait on: the rule is built
+// from the stored hold (its inputs read from the stored request) and saved there.
+func TestRememberOnAnotherReplica(t *testing.T) {
+	e := newEnv(t)
+	var saved []rules.Rule
+	remember := func(_ context.Context, r rules.Rule) error { saved = append(saved, r); return nil }
+	plain, _ := e.replica(func(o *holds.Options) { o.Remember = remember })
+	b, bRec := e.replica(func(o *holds.Options) {
+		o.Remember = remember
+		o.InputsFrom = func(request json.RawMessage) map[string]any {
+			var r struct {
+				Params struct {
+					ToolCallRequest struct {
+						Inputs map[string]any `json:"inputs"`
+					} `json:"toolCallRequest"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(request, &r) != nil {
+				return nil
+			}
+			return r.Params.ToolCallRequest.Inputs
+		}
+	})
+	ch := e.held(e.ctx, toolRequest("s1", 5000))
+	h := e.createdHold("s1")
+	spec := &holds.RememberSpec{Scope: holds.ScopeInputs}
+
+	_, err := plain.Approve(e.ctx, h.ID, holds.Decision{Operator: "bob", Remember: spec})
+	var fe *holds.FieldError
+	require.ErrorAs(t, err, &fe, "without InputsFrom it is refused")
+	require.Equal(t, "remember", fe.Field)
+
+	stored, err := b.Approve(e.ctx, h.ID, holds.Decision{Operator: "bob", Remember: spec})
+	require.NoError(t, err)
+	require.Equal(t, holds.StatusApproved, stored.Status)
+	require.Len(t, saved, 1)
+	require.Contains(t, saved[0].When, `agent.id == "agent-1" && tool == "transfer_funds"`)
+	require.Contains(t, saved[0].When, "5000", "scoped to the held step's inputs")
+	relay(e.m, bRec)
+	r := receive(t, ch)
+	require.Equal(t, rules.ActionAllow, r.out.Decision)
+	audit := e.audit(record.AuditQuery{HoldID: h.ID})
+	var approved *record.AuditEntry
+	for i := range audit {
+		if audit[i].Type == record.AuditHoldApproved {
+			approved = &audit[i]
+		}
+	}
+	require.NotNil(t, approved)
+	require.Contains(t, string(approved.Detail), saved[0].ID)
 }
