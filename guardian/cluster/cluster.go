@@ -59,6 +59,8 @@ type Registry struct {
 	// must not block, and a batch costs one statement.
 	mu       sync.Mutex
 	disowned []string
+	// left is set by Leave: no more heartbeats, which would register the replica again.
+	left bool
 }
 
 // schemaLock serialises the creation of the tables by replicas starting together.
@@ -155,6 +157,12 @@ func (r *Registry) Run(ctx context.Context) {
 // beat reports this replica alive (again, should a survivor have swept it during a long
 // stall: its later holds need an owner row that counts) and deletes disowned holds.
 func (r *Registry) beat(ctx context.Context) error {
+	r.mu.Lock()
+	left := r.left
+	r.mu.Unlock()
+	if left {
+		return nil
+	}
 	if _, err := r.opts.Pool.Exec(ctx, `INSERT INTO vigil_replicas (id, addr) VALUES ($1, $2)
 		ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, r.id, r.opts.Addr); err != nil {
 		return fmt.Errorf("cluster: heartbeat: %w", err)
@@ -221,8 +229,12 @@ func (r *Registry) Sweep(ctx context.Context) error {
 			d.id, r.opts.DeadAfter.String()); err != nil {
 			return fmt.Errorf("cluster: forget %s: %w", d.id, err)
 		}
-		r.log.Warn("replica stopped without ending its holds; they are ended as interrupted",
-			"stopped", d.id, "addr", d.addr, "holds", len(ids))
+		if len(ids) > 0 {
+			r.log.Warn("replica stopped without ending its holds; they are ended as interrupted",
+				"stopped", d.id, "addr", d.addr, "holds", len(ids))
+		} else {
+			r.log.Info("replica stopped; it had no pending holds", "stopped", d.id, "addr", d.addr)
+		}
 	}
 	return r.sweepUnowned(ctx)
 }
@@ -326,6 +338,9 @@ func (r *Registry) interrupt(ctx context.Context, id, note string, detail map[st
 // Leave removes this replica from the registry after a graceful shutdown, once its own
 // holds are ended (holds.Manager.Shutdown), so no survivor sweeps it.
 func (r *Registry) Leave(ctx context.Context) error {
+	r.mu.Lock()
+	r.left = true
+	r.mu.Unlock()
 	if _, err := r.opts.Pool.Exec(ctx, `DELETE FROM vigil_replica_holds WHERE replica_id = $1`, r.id); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}

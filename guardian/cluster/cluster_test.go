@@ -166,8 +166,14 @@ func TestLeaveIsNotADeath(t *testing.T) {
 	h.Status = record.HoldInterrupted // its graceful shutdown ended it
 	s.holds["h1"] = h
 	s.mu.Unlock()
+	run(t, a) // still beating while the server shuts down
 	require.NoError(t, a.Leave(ctx))
 	require.NoError(t, b.Sweep(ctx))
+	// No later heartbeat registers it again.
+	time.Sleep(50 * time.Millisecond) // several heartbeat periods of a registry that must stay silent
+	var n int
+	require.NoError(t, p.QueryRow(ctx, `SELECT count(*) FROM vigil_replicas WHERE id = $1`, a.ID()).Scan(&n))
+	require.Zero(t, n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.Zero(t, s.resolve)
