@@ -228,8 +228,14 @@ func TestPostgresResumesAfterALostConnection(t *testing.T) {
 func TestPostgresPollCatchesUpWithoutNotification(t *testing.T) {
 	l := newLog(t)
 	r := newRecorder()
-	startBus(t, l, bus.PostgresOptions{Poll: 20 * time.Millisecond}, r)
+	b := startBus(t, l, bus.PostgresOptions{Poll: 5 * time.Millisecond}, r)
 	_, err := l.pool.Exec(context.Background(), `INSERT INTO ev (seq, type, payload) VALUES (1, 'audit', '{}')`)
 	require.NoError(t, err)
 	r.waitFor(t, 1)
+	// Waits that end by the poll interval keep the listening connection: notifications
+	// still arrive on it, and it was never replaced.
+	require.Eventually(t, func() bool { return b.Stats().Polls >= 5 }, 10*time.Second, time.Millisecond)
+	l.append(t, record.EventAudit, 2)
+	r.waitFor(t, 2)
+	require.Zero(t, b.Stats().Reconnects)
 }

@@ -57,6 +57,7 @@ type Postgres struct {
 	started    atomic.Bool
 	delivered  atomic.Int64
 	reconnects atomic.Int64
+	polls      atomic.Int64
 	// conn is the LISTEN connection Start opened, handed to Run.
 	conn *pgx.Conn
 }
@@ -106,11 +107,14 @@ func (b *Postgres) Cursor() int64 { return b.cursor.Load() }
 // Stats are the bus's counters.
 type Stats struct {
 	Cursor, Delivered, Reconnects int64
+	// Polls counts reads of the log woken by the poll interval rather than a notification.
+	Polls int64
 }
 
 // Stats returns the bus's counters.
 func (b *Postgres) Stats() Stats {
-	return Stats{Cursor: b.cursor.Load(), Delivered: b.delivered.Load(), Reconnects: b.reconnects.Load()}
+	return Stats{Cursor: b.cursor.Load(), Delivered: b.delivered.Load(), Reconnects: b.reconnects.Load(),
+		Polls: b.polls.Load()}
 }
 
 // Start listens on Channel and sets the cursor to the newest committed seq: Run delivers
@@ -238,6 +242,9 @@ func (b *Postgres) serve(ctx context.Context, conn *pgx.Conn) error {
 			return fmt.Errorf("bus: wait for notification: %w", err)
 		case err != nil && !errors.Is(err, context.DeadlineExceeded) && !pgconnTimeout(err):
 			return fmt.Errorf("bus: wait for notification: %w", err)
+		}
+		if err != nil {
+			b.polls.Add(1)
 		}
 		if err == nil && n != nil {
 			// Notifications of events already read (a page often covers many) cost no read.
