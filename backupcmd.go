@@ -28,6 +28,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 
 Writes a consistent copy of the database to DEST while the guardian keeps running, checks
 it with PRAGMA integrity_check, and prints its size. DEST is only replaced with --force.
+SQLite only: back up a PostgreSQL database with pg_dump (restore with pg_restore).
 
 Flags:
 `)

@@ -261,7 +261,7 @@ func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.Audi
 
 // Users lists every account by name.
 func (db *DB) Users(ctx context.Context) ([]record.User, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY name`)
+	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY lower(name), name`)
 	if err != nil {
 		return nil, fmt.Errorf("storage: list users: %w", err)
 	}

@@ -347,3 +347,52 @@ func TestPruneBySize(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, res.Steps, "under the bound nothing goes")
 }
+
+// TestSurvivesKilledConnections: connections the server ends (a restart, a failover, an
+// administrator) cost at most the writes in flight; the pool reconnects for the next ones.
+func TestSurvivesKilledConnections(t *testing.T) {
+	dsn := pgtest.Need(t, srv)
+	db := openTest(t)
+	ctx := context.Background()
+	require.NoError(t, db.SaveStep(ctx, step("s")))
+	admin, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	require.NoError(t, err)
+	// The first use of a dead connection may fail; within a few tries the pool has new ones.
+	var saved int
+	for range 10 {
+		if db.SaveStep(ctx, step("s")) == nil {
+			saved++
+		}
+	}
+	require.GreaterOrEqual(t, saved, 5)
+	s, err := db.Session(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(saved+1), s.Steps)
+}
+
+// TestEventOfAMissingStepIsNull: a step row deleted apart from its event (pruned between
+// the two reads of a page) is published as null rather than failing the page.
+func TestEventOfAMissingStepIsNull(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	var seqs []int64
+	for range 3 {
+		rec := step("s")
+		require.NoError(t, db.SaveStep(ctx, rec))
+		seqs = append(seqs, rec.Seq)
+	}
+	_, err := db.Pool().Exec(ctx, `DELETE FROM steps WHERE seq = $1`, seqs[1])
+	require.NoError(t, err)
+	for _, p := range []record.EventPage{{}, {MaxStepBulk: 10}, {MaxBytes: 1 << 20}} {
+		evs, err := db.EventsPage(ctx, 0, p)
+		require.NoError(t, err)
+		require.Len(t, evs, 3)
+		require.Equal(t, "null", string(evs[1].Payload))
+		require.Contains(t, string(evs[0].Payload), `"seq":`)
+		require.Contains(t, string(evs[2].Payload), `"seq":`)
+	}
+}

@@ -58,108 +58,128 @@ func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]record
 const stepBulkSQL = `coalesce(octet_length(s.request), 0) + coalesce(octet_length(s.response), 0) + octet_length(s.text)`
 
 // EventsPage is EventsAfter bounded in bytes as well, with big steps optionally truncated.
-// One statement reads the events and their steps, so they come from one snapshot; events
-// are visible in seq order because seqs are taken in commit order.
+// A first query reads the events with their steps' sizes only (octet_length reads a
+// value's header, not its content), so the page ends before steps that would not fit are
+// read; a second reads the page's steps, their seqs being exactly those of its step events.
+// Events are visible in seq order (seqs are taken in commit order), so the second query
+// finds every step of the page committed; one pruned meanwhile is published as null.
 func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	p.Limit = clamp(p.Limit, 500, 1000)
-	cols := fmt.Sprintf(outerStepColumns, "s.request", "s.response", "s.text")
-	if p.MaxStepBulk > 0 {
-		// The bulky columns of a big step are not read; of its text, a prefix (left counts
-		// characters, at least as many as TruncatedTextBytes bytes; cut to bytes below).
-		big := "(" + stepBulkSQL + ") > $3"
-		cols = fmt.Sprintf(outerStepColumns, "CASE WHEN "+big+" THEN NULL ELSE s.request END",
-			"CASE WHEN "+big+" THEN NULL ELSE s.response END",
-			"CASE WHEN "+big+" THEN left(s.text, 4096) ELSE s.text END")
-	}
-	query := `SELECT e.seq, e.type, e.session_id, e.at, e.payload, s.seq IS NOT NULL,
-		coalesce(` + stepBulkSQL + `, 0), ` + cols + `
-		FROM events e LEFT JOIN steps s ON s.seq = e.seq
-		WHERE e.seq > $1 ORDER BY e.seq LIMIT $2`
-	args := []any{after, p.Limit}
-	if p.MaxStepBulk > 0 {
-		args = append(args, p.MaxStepBulk)
-	}
-	rows, err := db.pool.Query(ctx, query, args...)
+	rows, err := db.pool.Query(ctx, `SELECT e.seq, e.type, e.session_id, e.at, e.payload,
+		coalesce(`+stepBulkSQL+`, 0)
+		FROM events e LEFT JOIN steps s ON s.seq = e.seq AND e.type = 'step'
+		WHERE e.seq > $1 ORDER BY e.seq LIMIT $2`, after, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
 	}
-	defer rows.Close()
 	events := make([]record.Event, 0, min(p.Limit, 64))
-	size := 0
+	size, steps := 0, 0
 	for rows.Next() {
 		var (
 			ev      record.Event
 			at      int64
 			payload *string
-			isStep  bool
 			bulk    int
 		)
-		rec, err := scanStepAfter(rows, []any{&ev.Seq, &ev.Type, &ev.SessionID, &at, &payload, &isStep, &bulk})
-		if err != nil {
+		if err := rows.Scan(&ev.Seq, &ev.Type, &ev.SessionID, &at, &payload, &bulk); err != nil {
+			rows.Close()
 			return nil, fmt.Errorf("storage: events after %d: %w", after, err)
 		}
 		ev.At = time.Unix(0, at).UTC()
 		if payload != nil {
 			ev.Payload = json.RawMessage(*payload)
 		}
-		truncated := p.MaxStepBulk > 0 && bulk > p.MaxStepBulk
 		if p.MaxBytes > 0 {
-			b := bulk
-			if truncated {
-				b = record.TruncatedTextBytes
+			if p.MaxStepBulk > 0 && bulk > p.MaxStepBulk {
+				bulk = record.TruncatedTextBytes
 			}
-			n := pageOverhead + len(ev.Payload) + b
+			n := pageOverhead + len(ev.Payload) + bulk
 			if len(events) > 0 && size+n > p.MaxBytes {
 				break
 			}
 			size += n
 		}
 		if ev.Type == record.EventStep {
-			if !isStep {
-				// The step row is gone (pruned apart from its event): null, not a failed page.
-				ev.Payload = json.RawMessage("null")
-			} else {
-				if truncated {
-					rec.Truncated = true
-					rec.Text = record.CutText(rec.Text, record.TruncatedTextBytes)
-				}
-				b, err := json.Marshal(&rec)
-				if err != nil {
-					return nil, fmt.Errorf("storage: encode step %d: %w", ev.Seq, err)
-				}
-				ev.Payload = b
-			}
+			steps++
 		}
 		events = append(events, ev)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
+	}
+	if steps == 0 {
+		return events, nil
+	}
+	if err := db.fillStepPayloads(ctx, events, after, p.MaxStepBulk); err != nil {
 		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
 	}
 	return events, nil
 }
 
-// outerStepColumns are stepColumns of the steps row an event was LEFT JOINed to, NULLs
-// made zero values so an event without a step scans too; %[1]s, %[2]s and %[3]s are the
-// request, response and text expressions.
-const outerStepColumns = `coalesce(s.seq, 0), coalesce(s.session_id, ''), coalesce(s.turn_id, ''),
-	coalesce(s.step_id, ''), coalesce(s.method, ''), coalesce(s.kind, ''), coalesce(s.agent_id, ''),
-	coalesce(s.agent_name, ''), coalesce(s.user_id, ''), coalesce(s.tool, ''),
-	coalesce(s.decision, ''), coalesce(s.received_at, 0), %[1]s, %[2]s,
-	coalesce(s.matched_rules, '[]'), coalesce(s.latency_micros, 0), coalesce(%[3]s, ''),
-	coalesce(s.held, false), coalesce(s.key_id, '')`
-
-// scanStepAfter scans head's destinations, then a step.
-func scanStepAfter(rows pgx.Rows, head []any) (record.StepRecord, error) {
-	return scanStep(prependScanner{rows, head})
-}
-
-type prependScanner struct {
-	rows pgx.Rows
-	head []any
-}
-
-func (p prependScanner) Scan(dest ...any) error {
-	return p.rows.Scan(append(append([]any{}, p.head...), dest...)...)
+// fillStepPayloads sets the payload of every step event of events to its step's JSON, the
+// steps over maxBulk (> 0) truncated without their bulky columns being read.
+func (db *DB) fillStepPayloads(ctx context.Context, events []record.Event, after int64, maxBulk int) error {
+	last := events[len(events)-1].Seq
+	cols := stepColumns
+	args := []any{after, last}
+	if maxBulk > 0 {
+		big := "(" + strings.ReplaceAll(stepBulkSQL, "s.", "") + ") > $3"
+		cols = strings.NewReplacer(
+			"request,", "CASE WHEN "+big+" THEN NULL ELSE request END,",
+			"response,", "CASE WHEN "+big+" THEN NULL ELSE response END,",
+			"text,", "CASE WHEN "+big+" THEN left(text, 4096) ELSE text END,",
+		).Replace(stepColumns) + ", " + big
+		args = append(args, maxBulk)
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+cols+` FROM steps WHERE seq > $1 AND seq <= $2 ORDER BY seq`, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	k := 0
+	for rows.Next() {
+		var (
+			rec       record.StepRecord
+			truncated bool
+		)
+		if maxBulk > 0 {
+			rec, err = scanStep(rows, &truncated)
+		} else {
+			rec, err = scanStep(rows)
+		}
+		if err != nil {
+			return err
+		}
+		for k < len(events) && (events[k].Seq < rec.Seq || events[k].Type != record.EventStep) {
+			if events[k].Type == record.EventStep {
+				events[k].Payload = json.RawMessage("null") // pruned meanwhile
+			}
+			k++
+		}
+		if k == len(events) || events[k].Seq != rec.Seq {
+			continue
+		}
+		if truncated {
+			rec.Truncated = true
+			rec.Text = record.CutText(rec.Text, record.TruncatedTextBytes)
+		}
+		b, err := json.Marshal(&rec)
+		if err != nil {
+			return fmt.Errorf("encode step %d: %w", rec.Seq, err)
+		}
+		events[k].Payload = b
+		k++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for ; k < len(events); k++ {
+		if events[k].Type == record.EventStep {
+			events[k].Payload = json.RawMessage("null")
+		}
+	}
+	return nil
 }
 
 const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,

@@ -175,11 +175,13 @@ func (db *DB) committer() {
 	}
 }
 
-// commitBatch commits batch and answers its callers. A batch that fails is retried step by
-// step, so that one step the database refuses does not fail the others.
+// commitBatch commits batch and answers its callers. A batch the database refuses is
+// retried step by step, so that one step it refuses does not fail the others.
 func (db *DB) commitBatch(batch []*stepReq) {
 	err := db.commitSteps(batch)
-	if err != nil && len(batch) > 1 {
+	// Only an error of the server's about the data (not a lost connection, which every
+	// step would meet again, one timeout after the other) is worth retrying step by step.
+	if err != nil && len(batch) > 1 && pgCode(err) != "" && !retryable(err) {
 		for _, r := range batch {
 			db.commitBatch([]*stepReq{r})
 		}

@@ -89,10 +89,15 @@ var authCases = []testCase{
 			require.Error(t, err, name)
 		}
 
+		_, err = db.CreateUser(bg(), &record.User{Name: "Carl", Role: "viewer", PasswordHash: []byte("z")}, nil)
+		require.NoError(t, err)
 		users, err := db.Users(bg())
 		require.NoError(t, err)
-		require.Len(t, users, 2)
+		require.Len(t, users, 3)
 		require.Equal(t, *admin, users[0])
+		require.Equal(t, []string{"Alice", "bob", "Carl"}, []string{users[0].Name, users[1].Name, users[2].Name}, "by name, ignoring case")
+		_, _, err = db.DeleteUser(bg(), "carl", nil)
+		require.NoError(t, err)
 		u, err := db.User(bg(), "ALICE")
 		require.NoError(t, err)
 		require.Equal(t, "Alice", u.Name)

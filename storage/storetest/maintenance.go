@@ -36,6 +36,9 @@ var maintenanceCases = []testCase{
 		require.NoError(t, err)
 		ev := &record.Event{Type: "custom"}
 		require.NoError(t, db.AppendEvent(bg(), ev))
+		_, err = db.AppendAudit(bg(), &record.AuditEntry{Type: "x.y", At: t0})
+		require.NoError(t, err)
+		waitIndexed(t, db)
 
 		res, err := db.Prune(bg(), now, record.Retention{})
 		require.NoError(t, err)
@@ -63,6 +66,16 @@ var maintenanceCases = []testCase{
 		}
 		require.Contains(t, types, "custom", "only steps are pruned")
 		require.Contains(t, types, record.EventHoldCreated)
+		entries, err := db.ListAudit(bg(), record.AuditQuery{})
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "the audit log is kept")
+		page, err := db.Search(bg(), record.SearchQuery{Decision: "allow"})
+		require.NoError(t, err)
+		var found []int64
+		for _, h := range page.Steps {
+			found = append([]int64{h.Seq}, found...)
+		}
+		require.Equal(t, kept, found, "search finds no pruned step")
 	}},
 	{"SeqsNeverRepeatAfterPruningTheNewest", func(t *testing.T, db storage.Backend) {
 		var last int64
