@@ -13,7 +13,7 @@ FE_SRC := $(shell find frontend -path frontend/node_modules -prune -o -path fron
 # The built console, committed so that `go install` embeds it (package ui).
 UI_DIST := ui/dist
 
-.PHONY: run build desktop frontend ui-check test lint test-go test-goinstall fuzz systest memtest test-frontend e2e smoke test-agents bench screenshots deps-frontend deps-test deps-desktop clean
+.PHONY: run build desktop frontend ui-check test lint test-go test-goinstall fuzz systest memtest test-frontend e2e smoke test-agents bench bench-replicas screenshots deps-frontend deps-test deps-desktop clean
 
 ## run: start Vigil: a desktop window when a display exists, else the headless server.
 run:
@@ -103,7 +103,7 @@ fuzz:
 SOAK ?= 60s
 ## systest: crash test (SIGKILL under load) and bounded soak test against the built binary.
 systest: build
-	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 20m ./test/
+	VIGIL_BIN=$(CURDIR)/bin/vigil VIGIL_SOAK=$(SOAK) VIGIL_REQUIRE_POSTGRES=1 $(GO) test -count=1 -v -timeout 20m ./test/
 
 ## memtest: 1000 held steps of 1 MiB against the built binary; the server's RSS must stay
 ## under 3x the held bytes (about 2 GB through the server, under a minute; not in `test`);
@@ -148,6 +148,12 @@ bench: build
 screenshots: $(UI_DIST)/index.html
 	$(GO) build -o bin/vigil-screenshots .
 	cd frontend && VIGIL_BIN=$(CURDIR)/bin/vigil-screenshots node e2e/screenshots.mjs $(CURDIR)/docs/img
+
+## bench-replicas: one guardian on SQLite vs one, two and three replicas on PostgreSQL
+## (a throwaway server), agents spread round-robin over the replicas (docs/replicas.md).
+bench-replicas: build
+	$(GO) build -o bin/loadgen ./bench/loadgen
+	$(GO) run ./bench/replicas -vigil ./bin/vigil -loadgen ./bin/loadgen -rules bench/rules100.yaml -concurrency 8,32 -duration 3s -rounds 3
 
 clean:
 	rm -rf bin frontend/node_modules frontend/dist

@@ -44,6 +44,9 @@ type Config struct {
 	MaxHoldsPerAgent int
 	// SessionCacheBytes bounds the memory of the session histories kept for the rules.
 	SessionCacheBytes int64
+	// ReplicaHeartbeat is how often a replica on PostgreSQL reports itself alive;
+	// ReplicaDeadAfter how long one may stay silent before another ends its pending holds.
+	ReplicaHeartbeat, ReplicaDeadAfter time.Duration
 	// DefaultDecision is answered when no rule matches.
 	DefaultDecision string
 	// OnRuleError is the decision when an enforced rule fails at run time (fail closed).
@@ -208,6 +211,8 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.Var((*byteSize)(&cfg.MaxHoldBytes), "max-hold-bytes", "most bytes of held requests pending at once (e.g. 256MiB); further holds fail closed")
 	cfg.SessionCacheBytes = 512 << 20 // guardian.DefaultSessionCacheBytes
 	fset.Var((*byteSize)(&cfg.SessionCacheBytes), "session-cache-bytes", "memory for the recent history of active sessions (e.g. 512MiB); beyond it the least recently used sessions are reloaded from the database on their next step")
+	fset.DurationVar(&cfg.ReplicaHeartbeat, "replica-heartbeat", time.Second, "PostgreSQL replicas: how often this replica reports itself alive")
+	fset.DurationVar(&cfg.ReplicaDeadAfter, "replica-dead-after", 10*time.Second, "PostgreSQL replicas: how long a replica may miss heartbeats before another ends its pending holds as interrupted (at least 3 heartbeats)")
 	fset.IntVar(&cfg.MaxHoldsPerAgent, "max-holds-per-agent", 0, "most holds one agent (or session without an agent id) may have pending, and its share of -max-hold-bytes; 0 = a quarter of -max-holds")
 	fset.BoolVar(&cfg.Insecure, "insecure", false, "serve a non-loopback address without operator accounts and agent keys (not recommended)")
 	fset.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS")

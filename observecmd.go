@@ -62,7 +62,7 @@ func otelTraces(lookup func(string) (string, bool)) (on bool, protocol string) {
 // startObservability builds the metrics, the trace exporter and the webhooks, and starts
 // the fan-out's consumers and the --metrics-addr listener. publicURL is the console's
 // address for deep links.
-func startObservability(ctx context.Context, cfg Config, log *slog.Logger, hub *live.Hub, db storage.Backend, publicURL string) (*observability, error) {
+func startObservability(ctx context.Context, cfg Config, log *slog.Logger, hub observe.Publisher, db storage.Backend, publicURL string) (*observability, error) {
 	o := &observability{log: log, done: make(chan struct{})}
 	o.metrics = metrics.New(metrics.Options{Version: version})
 	var consumers []observe.Consumer

@@ -41,6 +41,7 @@ type server struct {
 	holds   *holds.Manager
 	rules   *rulesapi.Service
 	obs     *observability
+	repl    *replication
 }
 
 // ReloadRules reads the rules file again (SIGHUP).
@@ -85,6 +86,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		_ = db.Close()
 		return nil, err
 	}
+	// Committed events reach the live hub (and, between replicas, every replica) through
+	// the bus.
+	repl, err := newReplication(ctx, db, log)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	// Team mode. The hub it publishes audit events to is created below, before any request.
 	var hub *live.Hub
 	az, err := auth.New(ctx, auth.Config{
@@ -95,7 +103,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		SecureCookies:  cfg.SecureCookies,
 		AllowedOrigins: origins,
 		TrustedProxies: cfg.TrustedProxies,
-	}, auth.Options{Store: db, Logger: log, Publish: func(ev record.Event) { hub.Publish(ev) }})
+	}, auth.Options{Store: db, Logger: log, Publish: repl.bus.Publish})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("team mode: %w", err)
@@ -138,7 +146,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	url := scheme + "://" + ln.Addr().String()
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &server{URL: url, db: db, log: log, cancel: cancel, done: make(chan struct{})}
+	s := &server{URL: url, db: db, log: log, cancel: cancel, done: make(chan struct{}), repl: repl}
 
 	hub = live.NewHub(live.Options{
 		Source: db,
@@ -152,6 +160,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		MaxClientsPerIdentity: cfg.MaxLivePerClient,
 		Identify:              liveIdentity,
 	})
+	if !repl.bus.Shared() {
+		repl.bus.Subscribe(hub) // replicas subscribe it in repl.run, after their own state
+	}
 	hubDone := make(chan struct{})
 	go func() {
 		defer close(hubDone)
@@ -160,7 +171,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.closers = append(s.closers, func() { s.cancel(); <-hubDone })
 	// Steps and holds reach the live hub through the fan-out that feeds metrics, traces
 	// and webhooks.
-	obs, err := startObservability(runCtx, cfg, log, hub, db, cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url))
+	obs, err := startObservability(runCtx, cfg, log, repl.bus, db, cmp.Or(strings.TrimRight(cfg.PublicURL, "/"), url))
 	if err != nil {
 		cancel()
 		<-hubDone
@@ -189,7 +200,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	rs := rulesapi.New(rulesapi.Options{
 		Store:           db,
 		Engine:          engine,
-		Publish:         hub.Publish,
+		Publish:         repl.bus.Publish,
 		EnvForStep:      guardian.EnvForStored,
 		EnvForDraft:     ruleenv.FromMethodParams,
 		ModifiedRequest: guardian.DraftModifiedRequest,
@@ -210,6 +221,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		cancel()
 		<-hubDone
 		obs.Close()
+		repl.close()
 		_ = ln.Close()
 		_ = db.Close()
 		return nil, err
@@ -229,7 +241,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.rules = rs
 
 	policy := &guardian.RulesPolicy{Engine: engine, Log: log}
-	hm := holds.NewManager(holds.Options{
+	holdOpts := holds.Options{
 		Store:          db,
 		Publish:        obs.fan.Publish,
 		ValidateParams: guardian.ValidateParams,
@@ -243,7 +255,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		MaxPendingPerAgent: cfg.MaxHoldsPerAgent,
 		DefaultTimeout:     cfg.HoldTimeout,
 		Logger:             log,
-	})
+	}
+	holdOpts.InputsFrom = guardian.HoldInputs
+	if err := repl.join(ctx, cfg, db, url, obs.fan.Publish, &holdOpts); err != nil {
+		return fail(err)
+	}
+	hm := holds.NewManager(holdOpts)
 	// Holds left pending by a previous run are marked interrupted before any new traffic.
 	if err := hm.Start(ctx); err != nil {
 		return fail(fmt.Errorf("resolve holds left pending: %w", err))
@@ -306,6 +323,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
 	aapGW.g = g
+	s.closers = append(s.closers, repl.run(runCtx, hm, rs, g, hub))
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)
@@ -348,6 +366,7 @@ func (s *server) Shutdown(grace time.Duration) error {
 	if err := s.holds.Shutdown(ctx); err != nil {
 		s.log.Warn("release held steps", "err", err)
 	}
+	s.repl.leave(ctx)
 	errHTTP := s.http.Shutdown(ctx)
 	if errHTTP != nil {
 		// Grace ran out: close what is left; their steps were already stored or never answered.

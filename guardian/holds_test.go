@@ -313,3 +313,10 @@ func TestShutdownDeniesHeldStepsAsRetryable(t *testing.T) {
 	require.Equal(t, aos.Deny, r.Result.Decision)
 	require.Equal(t, holds.ReasonRestarting, r.Result.ReasonCode[0])
 }
+
+// A stored hold's request gives back the inputs the waiting step had; a bad one none.
+func TestHoldInputs(t *testing.T) {
+	in := guardian.HoldInputs(json.RawMessage(emailStep("s1", "st1", "hello")))
+	require.Equal(t, "hello", in["body"])
+	require.Nil(t, guardian.HoldInputs(json.RawMessage(`{"jsonrpc":"2.0"}`)))
+}

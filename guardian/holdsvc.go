@@ -136,3 +136,14 @@ func ValidateParams(method string, params json.RawMessage) error {
 	}
 	return nil
 }
+
+// HoldInputs reads a tool call's inputs from a stored hold's request, as the waiting step
+// offered them, for a hold approved and remembered on a replica its agent does not wait on.
+// A request that no longer parses has none.
+func HoldInputs(request json.RawMessage) map[string]any {
+	step, perr := aos.ParseStep(request)
+	if perr != nil {
+		return nil
+	}
+	return step.Inputs()
+}

@@ -3,6 +3,7 @@ package guardian
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,11 +280,27 @@ func (s *sessionState) returnCounts(c *rules.SessionCounts) {
 	}
 }
 
-// add appends a stored step to the session's history, accounting for its memory in the
-// cache it belongs to.
+// add puts a stored step into the session's history, accounting for its memory in the
+// cache it belongs to. Steps normally arrive in seq order; with replicas, another
+// replica's step can arrive (from the bus) after a later one of this replica, and a step
+// can arrive twice (this replica's own, once from the pipeline and once from the bus): a
+// late step goes in its place and a step already there is not added again.
 func (s *sessionState) add(rec record.StepRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	i := len(s.steps)
+	if rec.Seq > 0 {
+		for i > 0 && s.steps[i-1].Seq >= rec.Seq {
+			if s.steps[i-1].Seq == rec.Seq {
+				return
+			}
+			i--
+		}
+	}
+	if i < len(s.steps) {
+		s.insert(i, rec)
+		return
+	}
 	s.count++
 	h := HistoryStep(rec)
 	if s.counts != nil && s.max > 0 {
@@ -312,6 +329,94 @@ func (s *sessionState) add(rec record.StepRecord) {
 	s.size.Add(d)
 	if s.cache != nil {
 		s.cache.bytes.Add(d)
+	}
+}
+
+// insert puts a late step at index i of the history, in a new array (snapshots share the
+// old one), and counts the window again. A step older than a full window is outside what
+// rules see and may have been counted before the history was cut: it is left out. s.mu is
+// held.
+func (s *sessionState) insert(i int, rec record.StepRecord) {
+	if i == 0 && len(s.steps) >= s.max {
+		return
+	}
+	s.count++
+	n := make([]rules.HistoryStep, 0, len(s.steps)+1)
+	n = append(n, s.steps[:i]...)
+	n = append(n, HistoryStep(rec))
+	n = append(n, s.steps[i:]...)
+	s.steps = n
+	if s.counts != nil {
+		s.counts, s.lent = rules.CountSteps(s.window()), 0
+	}
+	s.cache.resize(s)
+}
+
+// observe applies a step stored by another replica to a session this replica has in
+// memory: its history, and its owners where it has none yet (the first step that
+// carried a key or an agent id claimed them, wherever it landed).
+func (s *sessionState) observe(rec *record.StepRecord) {
+	s.mu.Lock()
+	loaded := s.loaded
+	if loaded {
+		if s.ownerKey == "" && rec.KeyID != "" {
+			s.ownerKey = rec.KeyID
+		}
+		if s.ownerAgent == "" && rec.AgentID != "" {
+			s.ownerAgent = rec.AgentID
+		}
+	}
+	s.mu.Unlock()
+	if loaded {
+		s.add(*rec)
+	}
+}
+
+// peek returns a cached session without loading it or counting it as used.
+func (c *sessionCache) peek(id string) *sessionState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[id]
+}
+
+// ObserveStepEvent is ObserveStep for a "step" event of the replicas' bus, whose payload
+// is the stored record's JSON: it is decoded only for a session in memory.
+func (g *Guardian) ObserveStepEvent(ev record.Event) {
+	s := g.sessions.peek(ev.SessionID)
+	if s == nil {
+		return
+	}
+	var rec record.StepRecord
+	if err := json.Unmarshal(ev.Payload, &rec); err != nil {
+		g.log.Warn("undecodable step event from the bus; the session reloads on its next step", "seq", ev.Seq, "err", err)
+		g.sessions.forget(s)
+		return
+	}
+	if rec.Seq == 0 {
+		rec.Seq = ev.Seq
+	}
+	s.observe(&rec)
+}
+
+// forget drops a session from the cache unless a step is in flight, so its next step
+// loads it from the store.
+func (c *sessionCache) forget(s *sessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[s.id] == s && s.pins.Load() == 0 {
+		c.unlink(s)
+		delete(c.entries, s.id)
+		c.bytes.Add(-s.size.Load())
+	}
+}
+
+// ObserveStep keeps the session cache coherent with steps other replicas stored (the bus
+// delivers every replica's steps, this one's too, in seq order). Only sessions in memory
+// are touched: one that is not loads from the store, which has the step, when its next
+// step comes. It does not block on anything but the session's own lock.
+func (g *Guardian) ObserveStep(rec *record.StepRecord) {
+	if s := g.sessions.peek(rec.SessionID); s != nil {
+		s.observe(rec)
 	}
 }
 

@@ -215,3 +215,78 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		runtime.KeepAlive(c)
 	}
 }
+
+// With replicas, a session's steps reach its cached history from the pipeline and from
+// the bus: another replica's step may come after a later one, and this replica's own
+// comes twice. The history stays in seq order, each step once, with counts to match.
+func TestSessionHistoryFromSeveralReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		arrive []int64
+		want   []int64
+	}{
+		{"in order", []int64{1, 2, 3}, []int64{1, 2, 3}},
+		{"late step", []int64{1, 3, 2}, []int64{1, 2, 3}},
+		{"duplicates", []int64{1, 2, 2, 3, 1, 3}, []int64{1, 2, 3}},
+		{"late and duplicate", []int64{4, 1, 3, 2, 4, 3}, []int64{1, 2, 3, 4}},
+		{"older than a full window is left out", []int64{2, 3, 4, 5, 1}, []int64{2, 3, 4, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sessionState{id: "s", max: 4, loaded: true, counts: rules.CountSteps(nil)}
+			for _, seq := range tc.arrive {
+				s.add(record.StepRecord{Seq: seq, Method: "m", Kind: "toolCall", Tool: fmt.Sprint("t", seq), Decision: "allow"})
+			}
+			h := s.snapshot()
+			var got []int64
+			for _, st := range h.Steps {
+				got = append(got, st.Seq)
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, len(tc.want), h.StepCount)
+			require.Equal(t, rules.CountSteps(h.Steps), h.Counts())
+		})
+	}
+}
+
+// ObserveStep updates a session in memory, owners included, and loads nothing.
+func TestObserveStepKeepsTheCacheCoherent(t *testing.T) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	g, err := New(Config{}, Options{Store: db})
+	require.NoError(t, err)
+	g.ObserveStep(&record.StepRecord{Seq: 1, SessionID: "absent"})
+	require.Empty(t, g.sessions.keys(), "a session not in memory is not loaded")
+
+	s := g.sessions.get(context.Background(), "s1")
+	g.sessions.release(s)
+	g.ObserveStep(&record.StepRecord{Seq: 7, SessionID: "s1", KeyID: "k1", AgentID: "a1", Method: "m", Decision: "allow"})
+	h := s.snapshot()
+	require.Len(t, h.Steps, 1)
+	require.EqualValues(t, 7, h.Steps[0].Seq)
+	require.Equal(t, notOwnerKey, s.admit("a1", "k2", ""), "the other replica's step claimed the session")
+}
+
+// ObserveStepEvent decodes a bus step event only for a session in memory; one it cannot
+// decode drops the session, which its next step reloads from the store.
+func TestObserveStepEvent(t *testing.T) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	g, err := New(Config{}, Options{Store: db})
+	require.NoError(t, err)
+	g.ObserveStepEvent(record.Event{Seq: 1, Type: record.EventStep, SessionID: "absent", Payload: []byte(`not json`)})
+	require.Empty(t, g.sessions.keys())
+
+	s := g.sessions.get(context.Background(), "s1")
+	g.sessions.release(s)
+	g.ObserveStepEvent(record.Event{Seq: 4, Type: record.EventStep, SessionID: "s1",
+		Payload: []byte(`{"sessionId":"s1","method":"m","decision":"deny","text":"t"}`)})
+	h := s.snapshot()
+	require.Len(t, h.Steps, 1)
+	require.EqualValues(t, 4, h.Steps[0].Seq, "the event's seq when the payload has none")
+	require.Equal(t, "deny", h.Steps[0].Decision)
+
+	g.ObserveStepEvent(record.Event{Seq: 5, Type: record.EventStep, SessionID: "s1", Payload: []byte(`{`)})
+	require.Empty(t, g.sessions.keys())
+}

@@ -66,7 +66,7 @@ func run() error {
 	var o options
 	var conc string
 	flag.StringVar(&o.vigil, "vigil", "./bin/vigil", "vigil binary to start with 'serve' on a temporary database")
-	flag.StringVar(&o.target, "target", "", "measure an already running guardian at this /aos URL instead of starting one")
+	flag.StringVar(&o.target, "target", "", "measure an already running guardian at this /aos URL instead of starting one; several comma-separated URLs (replicas) get the agents round-robin, as behind a load balancer")
 	flag.StringVar(&o.rules, "rules", "", "rules file passed to vigil serve --rules")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measuring time per concurrency level")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per level")
@@ -268,6 +268,8 @@ type traffic struct {
 // drive runs c agents in a closed loop against url: each sends a step, waits for the
 // answer, and sends the next.
 func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, error) {
+	// Several targets (replicas): agent a sends to the a-th, round-robin.
+	urls := strings.Split(url, ",")
 	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -304,7 +306,7 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 				}
 				body := stepBody(session, step)
 				t0 := time.Now()
-				err := post(client, url, body)
+				err := post(client, urls[a%len(urls)], body)
 				d := time.Since(t0)
 				answered.Add(1)
 				if !measuring.Load() {

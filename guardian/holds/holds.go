@@ -176,6 +176,26 @@ type Options struct {
 	// DefaultTimeout applies to requests without a timeout (default DefaultTimeout).
 	DefaultTimeout time.Duration
 	Logger         *slog.Logger
+	// Shared says other guardian processes (replicas) share the store: their pending holds
+	// are alive, so Start leaves them alone (a dead replica's holds are ended by Owner's
+	// sweep instead), and decisions stored elsewhere reach this process through Observe.
+	Shared bool
+	// Owner, when set, records which process waits on each hold, so that the holds of a
+	// process that died can be ended by another.
+	Owner Owner
+	// InputsFrom, when set, reads a tool call's inputs from a stored hold's request, so
+	// that a hold whose agent waits on another replica can be approved and remembered by
+	// inputs here; without it, remembering such a hold is refused.
+	InputsFrom func(request json.RawMessage) map[string]any
+}
+
+// Owner records which guardian process a pending hold's agent waits on.
+type Owner interface {
+	// Own records this process as the hold's owner; it is called before the hold is
+	// stored, and an error refuses the hold.
+	Own(ctx context.Context, holdID string) error
+	// Disown forgets the hold once it has ended here; it must not block.
+	Disown(holdID string)
 }
 
 // Request describes a step to hold.
@@ -261,6 +281,9 @@ type Manager struct {
 	agentMaxBytes  int64
 	defaultTimeout time.Duration
 	log            *slog.Logger
+	shared         bool
+	owner          Owner
+	inputsFrom     func(json.RawMessage) map[string]any
 
 	mu      sync.Mutex
 	pending map[string]*waiter
@@ -305,6 +328,9 @@ type decideReq struct {
 	// overridden is the rules' deny of the edit that the operator sent anyway.
 	overridden *EditVerdict
 	reply      chan decideResult
+	// stored, when set, is a decision another process already stored (Observe): the
+	// owner only answers its agent with it.
+	stored *Hold
 }
 
 // agentShare is what one agent's waiting holds take of the limits.
@@ -332,6 +358,9 @@ func NewManager(opts Options) *Manager {
 		maxPageBytes:   opts.MaxPageBytes,
 		defaultTimeout: opts.DefaultTimeout,
 		log:            opts.Logger,
+		shared:         opts.Shared,
+		owner:          opts.Owner,
+		inputsFrom:     opts.InputsFrom,
 		maxBytes:       opts.MaxPendingBytes,
 		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
@@ -381,15 +410,17 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	m.mu.Unlock()
 
-	resolved, events, err := m.store.ResolvePendingOnStartup(ctx, m.clock.Now())
-	if err != nil {
-		return fmt.Errorf("holds: resolve holds left pending: %w", err)
+	if !m.shared {
+		resolved, events, err := m.store.ResolvePendingOnStartup(ctx, m.clock.Now())
+		if err != nil {
+			return fmt.Errorf("holds: resolve holds left pending: %w", err)
+		}
+		for _, h := range resolved {
+			m.log.Warn("hold left pending by a previous run marked interrupted; its agent got no answer",
+				"hold", h.ID, "session", h.SessionID, "rule", h.RuleID)
+		}
+		m.publishAll(events)
 	}
-	for _, h := range resolved {
-		m.log.Warn("hold left pending by a previous run marked interrupted; its agent got no answer",
-			"hold", h.ID, "session", h.SessionID, "rule", h.RuleID)
-	}
-	m.publishAll(events)
 
 	controls, err := m.store.SessionControls(ctx)
 	if err != nil {
@@ -540,6 +571,14 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 	})
 	audit := &AuditEntry{Type: record.AuditHoldCreated, SessionID: h.SessionID, HoldID: h.ID,
 		RuleID: h.RuleID, Decision: string(rules.ActionHold), At: now, Detail: detail}
+	if m.owner != nil {
+		// Owned before it exists, so no stored pending hold is ever without an owner
+		// whose death another process can notice.
+		if err := m.owner.Own(context.WithoutCancel(ctx), h.ID); err != nil {
+			m.release(w)
+			return Outcome{}, fmt.Errorf("holds: record the hold's owner: %w", err)
+		}
+	}
 	// Not the agent's ctx: a write it cancels might still commit, and a hold must either be
 	// stored and then resolved, or not exist.
 	events, err := m.store.CreateHold(context.WithoutCancel(ctx), &h, audit)
@@ -641,7 +680,10 @@ func (m *Manager) finish(w *waiter, h Hold, res record.HoldResolution, auditType
 		m.publishAll(events)
 		h = stored
 	case errors.Is(err, ErrConflict):
-		h = stored
+		// Decided elsewhere (another replica's console) just before: that decision stands,
+		// with the modifications that matched with the hold, as here.
+		m.log.Info("hold ended", "hold", h.ID, "status", stored.Status, "decision", stored.Decision)
+		return m.outcomeStored(w, stored)
 	default:
 		m.log.Error("could not store the end of a hold; the agent is answered anyway",
 			"hold", h.ID, "status", res.Status, "err", err)
@@ -654,6 +696,11 @@ func (m *Manager) finish(w *waiter, h Hold, res record.HoldResolution, auditType
 // applyDecision stores an operator's decision; it runs on the hold's owner goroutine. It
 // reports done when the hold is resolved (by this decision, or by one stored elsewhere).
 func (m *Manager) applyDecision(w *waiter, h Hold, d *decideReq) (Outcome, bool) {
+	if d.stored != nil {
+		m.release(w)
+		m.log.Info("hold decided elsewhere", "hold", h.ID, "status", d.stored.Status, "operator", d.stored.DecidedBy)
+		return m.outcomeStored(w, *d.stored), true
+	}
 	res := record.HoldResolution{Status: d.status, Decision: string(d.decision),
 		DecidedBy: d.operator, DecidedAt: m.clock.Now(), Note: d.note, Params: d.params}
 	audit, err := m.decisionAudit(h, d)
@@ -667,7 +714,7 @@ func (m *Manager) applyDecision(w *waiter, h Hold, d *decideReq) (Outcome, bool)
 	if errors.Is(err, ErrConflict) {
 		m.release(w)
 		d.reply <- decideResult{hold: stored, err: conflictError(stored)}
-		return outcomeOf(stored), true
+		return m.outcomeStored(w, stored), true
 	}
 	if err != nil {
 		// Nothing was written: the hold is still pending and waiting.
@@ -743,10 +790,50 @@ func requestParams(req json.RawMessage) json.RawMessage {
 	return r.Params
 }
 
+// outcomeStored answers a waiting agent with a decision stored by another process (an
+// operator on another replica, or a sweep). That process had not the hold's matched
+// modifications in hand, so they are applied here, exactly as for a decision made here:
+// an approval lets the step through with them, an edit gets them applied on top and is
+// checked again; if they cannot be applied the step is denied, never let through unredacted.
+func (m *Manager) outcomeStored(w *waiter, h Hold) Outcome {
+	out := outcomeOf(h)
+	if w.req.Modify == nil {
+		return out
+	}
+	var edit json.RawMessage
+	switch {
+	case h.Status == StatusApproved && out.Decision == rules.ActionAllow:
+	case h.Status == StatusModified && out.Decision == rules.ActionModify:
+		edit = h.Params
+	default:
+		return out
+	}
+	p, err := w.req.final(edit)
+	if err == nil && edit != nil {
+		p, err = m.checkParams(w.req.Method, p)
+	}
+	if err != nil {
+		m.log.Error("the modifications that matched with the hold failed on a decision made elsewhere; denying",
+			"hold", h.ID, "err", err)
+		out.Decision, out.Params = rules.ActionDeny, nil
+		out.Message = "The step was approved, but the modifications the rules require could not be applied; denied."
+		return out
+	}
+	out.Decision, out.Params = rules.ActionModify, p
+	if h.Status == StatusApproved {
+		out.Message = outcomeOf(Hold{Status: StatusApproved, Decision: string(rules.ActionModify),
+			DecidedBy: h.DecidedBy, Note: h.Note}).Message
+	}
+	return out
+}
+
 // release forgets a resolved hold: later decisions find it only in the store (a conflict).
 func (m *Manager) release(w *waiter) {
 	m.mu.Lock()
 	if m.pending[w.id] == w {
+		if m.owner != nil {
+			m.owner.Disown(w.id)
+		}
 		delete(m.pending, w.id)
 		close(w.done)
 		m.pendingBytes -= w.size
@@ -922,10 +1009,24 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 	if h.Status != StatusPending {
 		return h, conflictError(h)
 	}
-	if d.Remember != nil {
-		return Hold{}, &FieldError{Field: "remember", Message: "this hold's step is not waiting on this guardian; approve it without remembering"}
-	}
 	req := &decideReq{ctx: ctx, status: status, decision: action, operator: operator, note: d.Note}
+	if d.Remember != nil {
+		if m.remember == nil {
+			return Hold{}, &FieldError{Field: "remember", Message: "remembering approvals is not enabled"}
+		}
+		if m.inputsFrom == nil {
+			return Hold{}, &FieldError{Field: "remember", Message: "this hold's step is not waiting on this guardian; approve it without remembering"}
+		}
+		// The agent waits on another replica; the rule is built from the stored hold as it
+		// would be there from the waiting step.
+		stored := Request{SessionID: h.SessionID, AgentID: h.AgentID, Method: h.Method, Kind: h.Kind,
+			Tool: h.Tool, Request: h.Request, Inputs: func() map[string]any { return m.inputsFrom(h.Request) }}
+		r, err := RememberRule(stored, *d.Remember, operator, id, m.clock.Now())
+		if err != nil {
+			return Hold{}, err
+		}
+		req.rule, req.scope = &r, d.Remember.Scope
+	}
 	if status == StatusModified {
 		if req.params, err = m.checkParams(h.Method, params); err != nil {
 			return Hold{}, err
@@ -948,6 +1049,16 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 		return Hold{}, fmt.Errorf("holds: store decision: %w", err)
 	}
 	m.publishAll(events)
+	if req.rule != nil {
+		// Saved once the decision won. The waiting agent is answered by its own replica
+		// when the decision reaches it, which may be a moment before the rule does: a
+		// repeat of the step within those milliseconds may be held once more.
+		if err := m.remember(context.WithoutCancel(ctx), *req.rule); err != nil {
+			m.log.Error("could not save remembered approval", "hold", id, "rule", req.rule.ID, "err", err)
+			return stored, fmt.Errorf("holds: %w: %w", ErrRememberFailed, err)
+		}
+		m.log.Info("approval remembered", "hold", id, "rule", req.rule.ID, "scope", req.scope)
+	}
 	return stored, nil
 }
 

@@ -295,6 +295,18 @@ func (h *Hub) Publish(ev record.Event) {
 	if h.isStopping() {
 		return
 	}
+	if ev.Type == record.EventStep && h.opts.MaxStepBytes > 0 && len(ev.Payload) > h.opts.MaxStepBytes {
+		// A big step as an event (from the replicas' bus, which passes steps as stored
+		// JSON) is sent truncated, as PublishStep sends it.
+		rec := new(record.StepRecord)
+		if err := json.Unmarshal(ev.Payload, rec); err == nil {
+			if rec.Seq == 0 {
+				rec.Seq = ev.Seq
+			}
+			h.send(frame{seq: ev.Seq, session: ev.SessionID, data: encodeStep(rec.Truncate(h.opts.MaxStepBytes))})
+			return
+		}
+	}
 	// Encoding here spreads the work over the publishers instead of the hub goroutine,
 	// and copies the payload so the caller may reuse it.
 	h.send(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})

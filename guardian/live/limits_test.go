@@ -148,9 +148,10 @@ func TestClientBufferBoundedInBytes(t *testing.T) {
 
 	// 200 frames of 128 KiB: 25 MB, well within 256 events. The kernel's socket buffers
 	// take a few megabytes; the hub must not queue the rest.
+	// Not steps: a big step is sent truncated to MaxStepBytes.
 	payload := `{"blob":"` + strings.Repeat("x", 128<<10) + `"}`
 	for range 200 {
-		e.hub.Publish(st.add("step", "s1", payload))
+		e.hub.Publish(st.add("hold.created", "s1", payload))
 	}
 	waitFor(t, func() bool { return e.hub.Clients() == 0 }, "a client holding 25 MB of frames was not dropped")
 	require.EqualValues(t, 1, e.hub.Counters().SlowClients)
@@ -245,4 +246,29 @@ func TestDefaultLimits(t *testing.T) {
 	require.Equal(t, 64<<10, h.opts.MaxStepBytes)
 	require.Equal(t, "192.0.2.1", h.opts.Identify(&http.Request{RemoteAddr: "192.0.2.1:5555"}))
 	require.Equal(t, fmt.Sprint(0), fmt.Sprint(h.Counters().Refused))
+}
+
+// Steps published as stored events (the replicas' bus passes them undecoded) go out like
+// PublishStep's: whole when small, truncated over MaxStepBytes.
+func TestBigStepEventsTruncatedLive(t *testing.T) {
+	st := &memStore{}
+	e := start(t, Options{Source: st, MaxStepBytes: 1024})
+	conn := e.dial(t, "", nil)
+	small := st.add("step", "s1", `{"seq":1,"sessionId":"s1","method":"steps/message","decision":"allow","request":{"id":1},"response":null,"text":"hi"}`)
+	big := st.add("step", "s1", `{"seq":2,"sessionId":"s1","method":"steps/message","decision":"allow","request":{"t":"`+strings.Repeat("y", 2048)+`"},"response":null,"text":"hi"}`)
+	e.hub.Publish(small)
+	e.hub.Publish(big)
+
+	var got record.StepRecord
+	require.NoError(t, json.Unmarshal(readEvent(t, conn).Payload, &got))
+	require.False(t, got.Truncated)
+	require.JSONEq(t, `{"id":1}`, string(got.Request))
+
+	got = record.StepRecord{}
+	ev := readEvent(t, conn)
+	require.EqualValues(t, 2, ev.Seq)
+	require.NoError(t, json.Unmarshal(ev.Payload, &got))
+	require.True(t, got.Truncated)
+	require.Equal(t, "null", string(got.Request))
+	require.Equal(t, "hi", got.Text)
 }

@@ -123,6 +123,10 @@ type Service struct {
 	// console warns about.
 	fileMu  sync.RWMutex
 	fileIDs map[string]bool
+
+	// follow asks Follow for a reload from the store (a rule changed on some replica); one
+	// pending request stands for any number of changes.
+	follow chan struct{}
 }
 
 // Errors the API maps to HTTP statuses. A missing rule or step wraps storage.ErrNotFound.
@@ -178,7 +182,8 @@ func New(opts Options) *Service {
 		opts.DraftTimeout = DefaultDraftTimeout
 	}
 	s := &Service{opts: opts, store: opts.Store, live: opts.Engine, log: opts.Logger, now: opts.Now,
-		drafts: make(chan struct{}, opts.MaxDraftRuns), backtests: make(chan struct{}, 1)}
+		drafts: make(chan struct{}, opts.MaxDraftRuns), backtests: make(chan struct{}, 1),
+		follow: make(chan struct{}, 1)}
 	if s.live == nil {
 		s.live = rules.NewEngine(opts.EngineOptions)
 	}
