@@ -28,10 +28,10 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, `Usage: vigil migrate --from FILE --to postgres://USER:PASSWORD@HOST:PORT/DB
 
 Copies a SQLite installation into an empty PostgreSQL database, in one transaction: steps
-with their seqs, events, sessions (with their pause/block controls), holds, the audit log,
-rules with every version, API keys and operator accounts (console sign-ins are not copied:
-operators sign in again). Refuses a database that already holds data. Stop the guardian
-first: steps it stores meanwhile are not copied.
+with their seqs, events, sessions (with their pause/block controls and MCP client and
+server), holds, the audit log, rules with every version, API keys and operator accounts
+(console sign-ins are not copied: operators sign in again). Refuses a database that
+already holds data. Stop the guardian first: steps it stores meanwhile are not copied.
 
 Flags:
 `)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -113,6 +114,11 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 			AgentID: "agent-1", KeyID: "k1", Tool: "send_email", Text: "quarterly payroll report",
 			Request:      json.RawMessage(`{"jsonrpc":"2.0","id":1}`),
 			MatchedRules: []record.RuleMatch{{RuleID: "r1", Action: "deny", Mode: "enforce", ReasonCode: "RC"}}}
+		// MCP steps name their client and server: s1's all of them, s3's its first only.
+		if rec.SessionID == "s1" || i == 2 {
+			rec.Client = &record.Peer{Name: "inspector", Version: fmt.Sprint("0.", i)}
+			rec.Server = &record.Peer{Name: "everything"}
+		}
 		require.NoError(t, src.SaveStep(ctx, rec))
 	}
 	_, err = src.SetSessionControl(ctx, record.SessionControl{SessionID: "s2", Control: record.ControlBlock, Operator: "ann"},
@@ -155,6 +161,17 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	require.NoError(t, src.Close())
 
 	want := snapshot(t, reopenSQLite(t, path))
+	peers := map[string][2]*record.Peer{}
+	for _, ws := range want.sessions {
+		peers[ws.ID] = [2]*record.Peer{ws.Client, ws.Server}
+	}
+	require.Equal(t, map[string][2]*record.Peer{
+		"s1":    {{Name: "inspector", Version: "0.24"}, {Name: "everything"}},
+		"s2":    {nil, nil},
+		"s3":    {{Name: "inspector", Version: "0.2"}, {Name: "everything"}},
+		"fresh": {nil, nil},
+	}, peers, "the source names the peers the copy must keep")
+	require.NotNil(t, want.steps[len(want.steps)-1].Client)
 	dsn := pgtest.Need(t, pgSrv)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, runMigrate([]string{"--from", path, "--to", dsn}, &stdout, &stderr), stderr.String())

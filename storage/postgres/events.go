@@ -184,6 +184,7 @@ func (db *DB) fillStepPayloads(ctx context.Context, events []record.Event, after
 
 const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,
 	s.last_seq, s.steps, s.last_method, s.control, s.decisions::text, s.key_id,
+	s.client_name, s.client_version, s.server_name, s.server_version,
 	(SELECT count(*) FROM holds h WHERE h.session_id = s.id AND h.status = 'pending')`
 
 func scanSession(row pgx.Row) (record.Session, error) {
@@ -191,10 +192,19 @@ func scanSession(row pgx.Row) (record.Session, error) {
 		s                   record.Session
 		firstSeen, lastSeen int64
 		decisions           string
+		client, server      record.Peer
 	)
 	if err := row.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
-		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID, &s.PendingHolds); err != nil {
+		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID,
+		&client.Name, &client.Version, &server.Name, &server.Version, &s.PendingHolds); err != nil {
 		return record.Session{}, err
+	}
+	// A peer is known by its name: a session no step named one has none.
+	if client.Name != "" {
+		s.Client = &client
+	}
+	if server.Name != "" {
+		s.Server = &server
 	}
 	s.FirstSeen = time.Unix(0, firstSeen).UTC()
 	s.LastSeen = time.Unix(0, lastSeen).UTC()

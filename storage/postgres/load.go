@@ -122,17 +122,21 @@ func (l *Loader) Steps(steps []record.StepRecord) error {
 		if rec.MatchedRules == nil {
 			rules = []byte("[]")
 		}
+		var peers stepArgs
+		if err := peers.setPeers(rec); err != nil {
+			return fmt.Errorf("step %d: %w", rec.Seq, err)
+		}
 		b.Queue(`INSERT INTO events (seq, type, session_id, at) VALUES ($1, 'step', $2, $3)`,
 			rec.Seq, rec.SessionID, rec.ReceivedAt.UnixNano())
 		b.Queue(`INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind, agent_id,
 			agent_name, user_id, key_id, tool, decision, received_at, request, response,
-			matched_rules, latency_micros, text, held, search)
+			matched_rules, latency_micros, text, held, search, peers)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-				to_tsvector('simple', $20))`,
+				to_tsvector('simple', $20), $21)`,
 			rec.Seq, rec.SessionID, rec.TurnID, rec.StepID, rec.Method, rec.Kind, rec.AgentID,
 			rec.AgentName, rec.UserID, rec.KeyID, rec.Tool, rec.Decision, rec.ReceivedAt.UnixNano(),
 			nullText(rec.Request), nullText(rec.Response), string(rules), rec.LatencyMicros,
-			rec.Text, rec.Held, searchDoc(rec))
+			rec.Text, rec.Held, searchDoc(rec), peers.peers)
 		l.seq(rec.Seq)
 	}
 	if err := l.tx.SendBatch(l.ctx, b).Close(); err != nil {
@@ -162,10 +166,17 @@ func (l *Loader) Events(events []record.Event) error {
 	return nil
 }
 
-// Sessions loads session summaries as they are, control included.
+// Sessions loads session summaries as they are, control, client and server included.
 func (l *Loader) Sessions(sessions []record.Session) error {
 	b := &pgx.Batch{}
 	for _, s := range sessions {
+		var client, server record.Peer
+		if s.Client != nil {
+			client = *s.Client
+		}
+		if s.Server != nil {
+			server = *s.Server
+		}
 		dec, err := json.Marshal(s.Decisions)
 		if err != nil {
 			return fmt.Errorf("encode decisions of session %q: %w", s.ID, err)
@@ -174,10 +185,12 @@ func (l *Loader) Sessions(sessions []record.Session) error {
 			dec = []byte("{}")
 		}
 		b.Queue(`INSERT INTO sessions (id, agent_id, key_id, agent_name, user_id, first_seen,
-			last_seen, last_seq, steps, last_method, decisions, control)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12)`,
+			last_seen, last_seq, steps, last_method, decisions, control,
+			client_name, client_version, server_name, server_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16)`,
 			s.ID, s.AgentID, s.KeyID, s.AgentName, s.UserID, s.FirstSeen.UnixNano(), s.LastSeen.UnixNano(),
-			s.LastSeq, s.Steps, s.LastMethod, string(dec), s.Control)
+			s.LastSeq, s.Steps, s.LastMethod, string(dec), s.Control,
+			client.Name, client.Version, server.Name, server.Version)
 	}
 	if err := l.tx.SendBatch(l.ctx, b).Close(); err != nil {
 		return fmt.Errorf("load sessions: %w", err)

@@ -27,6 +27,10 @@ type stepArgs struct {
 	text                                    string
 	held                                    bool
 	search                                  string
+	// peers is the JSON of the step's client and server, "" for none.
+	peers string
+	// The client and server the step names to its session; "" when it names none.
+	clientName, clientVersion, serverName, serverVersion string
 }
 
 type stepReq struct {
@@ -80,6 +84,45 @@ func cleanStep(rec *record.StepRecord) {
 		m.RuleID, m.Action, m.Mode, m.ReasonCode, m.Error = cleanText(m.RuleID), cleanText(m.Action),
 			cleanText(m.Mode), cleanText(m.ReasonCode), cleanText(m.Error)
 	}
+	rec.Client, rec.Server = cleanPeer(rec.Client), cleanPeer(rec.Server)
+}
+
+// cleanPeer is cleanText for a peer. A peer that needs it is copied, not changed in
+// place: the gateway hands the same *Peer to every step of a session.
+func cleanPeer(p *record.Peer) *record.Peer {
+	if p == nil {
+		return nil
+	}
+	name, version := cleanText(p.Name), cleanText(p.Version)
+	if name == p.Name && version == p.Version {
+		return p
+	}
+	return &record.Peer{Name: name, Version: version}
+}
+
+// stepPeers is the steps.peers column, as the SQLite backend writes it.
+type stepPeers struct {
+	Client *record.Peer `json:"client,omitempty"`
+	Server *record.Peer `json:"server,omitempty"`
+}
+
+// setPeers fills a's peers from rec: the JSON a read returns, and the client and server
+// the session keeps. A peer without a name names nothing (the session keeps what it knows).
+func (a *stepArgs) setPeers(rec *record.StepRecord) error {
+	if rec.Client != nil || rec.Server != nil {
+		b, err := json.Marshal(stepPeers{Client: rec.Client, Server: rec.Server})
+		if err != nil {
+			return fmt.Errorf("storage: encode peers: %w", err)
+		}
+		a.peers = string(b)
+	}
+	if rec.Client != nil && rec.Client.Name != "" {
+		a.clientName, a.clientVersion = rec.Client.Name, rec.Client.Version
+	}
+	if rec.Server != nil && rec.Server.Name != "" {
+		a.serverName, a.serverVersion = rec.Server.Name, rec.Server.Version
+	}
+	return nil
 }
 
 // SaveStep stores rec, its "step" event and its session's summary, sets rec.Seq, and
@@ -119,6 +162,9 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 		response: nullText(rec.Response), matchedRules: string(rules),
 		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
 		search: searchDoc(rec),
+	}
+	if err := a.setPeers(rec); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -207,7 +253,7 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 		agents, names, users, keys, tools, decisions = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		received, latency                            = make([]int64, n), make([]int64, n)
 		requests, responses                          = make([]*string, n), make([]*string, n)
-		rules, texts, docs                           = make([]string, n), make([]string, n), make([]string, n)
+		rules, texts, docs, peers                    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		held                                         = make([]bool, n)
 	)
 	for i, r := range batch {
@@ -216,7 +262,7 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 		agents[i], names[i], users[i], keys[i], tools[i], decisions[i] = a.agentID, a.agentName, a.userID, a.keyID, a.tool, a.decision
 		received[i], latency[i] = a.receivedAt, a.latencyMicros
 		requests[i], responses[i] = a.request, a.response
-		rules[i], texts[i], docs[i], held[i] = a.matchedRules, a.text, a.search, a.held
+		rules[i], texts[i], docs[i], held[i], peers[i] = a.matchedRules, a.text, a.search, a.held, a.peers
 	}
 	ords := make([]int64, n)
 	for i := range ords {
@@ -238,18 +284,18 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 	b.Queue(`WITH c AS (SELECT seq - $1 AS base FROM vigil_seq WHERE id = 1)
 		INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind, agent_id,
 			agent_name, user_id, key_id, tool, decision, received_at, request, response,
-			matched_rules, latency_micros, text, held, search)
+			matched_rules, latency_micros, text, held, search, peers)
 		SELECT c.base + u.ord, u.sid, u.turn, u.step, u.method, u.kind, u.agent, u.name, u.usr,
 			u.key, u.tool, u.decision, u.received, u.request, u.response, u.rules,
-			u.latency, u.text, u.held, to_tsvector('simple', u.doc)
+			u.latency, u.text, u.held, to_tsvector('simple', u.doc), u.peers
 		FROM c, unnest($2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
 			$14::int8[], $15::text[], $16::text[], $17::text[], $18::int8[], $19::text[],
-			$20::bool[], $21::text[])
+			$20::bool[], $21::text[], $22::text[])
 		AS u(ord, sid, turn, step, method, kind, agent, name, usr, key, tool, decision,
-			received, request, response, rules, latency, text, held, doc)`,
+			received, request, response, rules, latency, text, held, doc, peers)`,
 		n, ords, sids, turns, stepIDs, methods, kinds, agents, names, users, keys, tools,
-		decisions, received, requests, responses, rules, latency, texts, held, docs)
+		decisions, received, requests, responses, rules, latency, texts, held, docs, peers)
 	queueSessions(b, batch, ords, n)
 	b.Queue(`SELECT pg_notify($1, seq::text) FROM vigil_seq WHERE id = 1`, NotifyChannel)
 	for attempt := 0; ; attempt++ {
@@ -277,6 +323,9 @@ type sessionDelta struct {
 	lastMethod                            string
 	steps                                 int64
 	decisions                             map[string]int64
+	// The newest client and server named (name and version together), and their steps' seqs.
+	clientName, clientVersion, serverName, serverVersion string
+	clientSeq, serverSeq                                 int64
 }
 
 func (d *sessionDelta) add(a *stepArgs, seq int64) {
@@ -289,6 +338,12 @@ func (d *sessionDelta) add(a *stepArgs, seq int64) {
 		d.lastSeq, d.lastMethod = seq, a.method
 		d.agentName = cmp.Or(a.agentName, d.agentName)
 		d.userID = cmp.Or(a.userID, d.userID)
+	}
+	if a.clientName != "" && seq > d.clientSeq {
+		d.clientName, d.clientVersion, d.clientSeq = a.clientName, a.clientVersion, seq
+	}
+	if a.serverName != "" && seq > d.serverSeq {
+		d.serverName, d.serverVersion, d.serverSeq = a.serverName, a.serverVersion, seq
 	}
 	// The owners are the oldest step's that names one, as the upsert keeps the first.
 	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
@@ -322,29 +377,41 @@ func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64, n int) {
 	var (
 		agents, keys, names, users, methods, decisions = make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k), make([]string, k)
 		first, last, lastSeq, steps                    = make([]int64, k), make([]int64, k), make([]int64, k), make([]int64, k)
+		clients, clientVersions                        = make([]string, k), make([]string, k)
+		servers, serverVersions                        = make([]string, k), make([]string, k)
 	)
 	for i, id := range ids {
 		d := deltas[id]
 		agents[i], keys[i], names[i], users[i], methods[i] = d.agentID, d.keyID, d.agentName, d.userID, d.lastMethod
+		clients[i], clientVersions[i], servers[i], serverVersions[i] = d.clientName, d.clientVersion, d.serverName, d.serverVersion
 		first[i], last[i], lastSeq[i], steps[i] = d.first, d.last, d.lastSeq, d.steps
 		js, _ := json.Marshal(d.decisions) // a map of strings to ints always marshals
 		decisions[i] = string(js)
 	}
-	b.Queue(sqlUpsertSessions, ids, agents, keys, names, users, first, last, lastSeq, steps, methods, decisions, n)
+	b.Queue(sqlUpsertSessions, ids, agents, keys, names, users, first, last, lastSeq, steps, methods, decisions, n,
+		clients, clientVersions, servers, serverVersions)
 }
 
 // sqlUpsertSessions adds a batch's steps to their sessions' summaries. The agent and key
 // are the session's owners: set by the first step that carries one, never changed after.
 // The agent name and user are overwritten only by steps that carry them. last_seen never
 // moves back. A row without steps (made by a session control) takes its times from them.
+// The client and the server (name and version together) are, like the agent name, those of
+// the newest step naming one.
 const sqlUpsertSessions = `WITH c AS (SELECT seq - $12 AS base FROM vigil_seq WHERE id = 1)
 	INSERT INTO sessions AS s (id, agent_id, key_id, agent_name, user_id,
-	first_seen, last_seen, last_seq, steps, last_method, decisions)
-	SELECT u.id, u.agent, u.key, u.name, u.usr, u.first, u.last, c.base + u.lastseq, u.steps, u.method, u.dec::jsonb
+	first_seen, last_seen, last_seq, steps, last_method, decisions,
+	client_name, client_version, server_name, server_version)
+	SELECT u.id, u.agent, u.key, u.name, u.usr, u.first, u.last, c.base + u.lastseq, u.steps, u.method, u.dec::jsonb,
+		u.client, u.clientv, u.server, u.serverv
 	FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[],
-		$8::int8[], $9::int8[], $10::text[], $11::text[])
-	AS u(id, agent, key, name, usr, first, last, lastseq, steps, method, dec)
+		$8::int8[], $9::int8[], $10::text[], $11::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+	AS u(id, agent, key, name, usr, first, last, lastseq, steps, method, dec, client, clientv, server, serverv)
 	ON CONFLICT (id) DO UPDATE SET
+		client_name    = CASE WHEN excluded.client_name <> '' THEN excluded.client_name    ELSE s.client_name    END,
+		client_version = CASE WHEN excluded.client_name <> '' THEN excluded.client_version ELSE s.client_version END,
+		server_name    = CASE WHEN excluded.server_name <> '' THEN excluded.server_name    ELSE s.server_name    END,
+		server_version = CASE WHEN excluded.server_name <> '' THEN excluded.server_version ELSE s.server_version END,
 		agent_id    = CASE WHEN s.agent_id = '' THEN excluded.agent_id ELSE s.agent_id END,
 		key_id      = CASE WHEN s.key_id   = '' THEN excluded.key_id   ELSE s.key_id   END,
 		agent_name  = CASE WHEN excluded.agent_name <> '' THEN excluded.agent_name ELSE s.agent_name END,
@@ -362,7 +429,7 @@ const sqlUpsertSessions = `WITH c AS (SELECT seq - $12 AS base FROM vigil_seq WH
 // stepColumns is the column list every step query scans with scanStep.
 const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
-	text, held, key_id`
+	text, held, key_id, peers`
 
 // scanStep reads one row of stepColumns (plus extra destinations after them).
 func scanStep(row pgx.Row, extra ...any) (record.StepRecord, error) {
@@ -371,12 +438,20 @@ func scanStep(row pgx.Row, extra ...any) (record.StepRecord, error) {
 		receivedAt int64
 		req, resp  *string
 		rules      string
+		peers      string
 	)
 	dest := append([]any{&rec.Seq, &rec.SessionID, &rec.TurnID, &rec.StepID, &rec.Method,
 		&rec.Kind, &rec.AgentID, &rec.AgentName, &rec.UserID, &rec.Tool, &rec.Decision,
-		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID}, extra...)
+		&receivedAt, &req, &resp, &rules, &rec.LatencyMicros, &rec.Text, &rec.Held, &rec.KeyID, &peers}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return record.StepRecord{}, err
+	}
+	if peers != "" {
+		var p stepPeers
+		if err := json.Unmarshal([]byte(peers), &p); err != nil {
+			return record.StepRecord{}, fmt.Errorf("decode peers of step %d: %w", rec.Seq, err)
+		}
+		rec.Client, rec.Server = p.Client, p.Server
 	}
 	rec.ReceivedAt = time.Unix(0, receivedAt).UTC()
 	if req != nil {

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
@@ -118,6 +120,7 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 	}
 	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
 	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
+	rec.Client, rec.Server = validPeer(rec.Client), validPeer(rec.Server)
 	a, err := newStepArgs(rec)
 	if err != nil {
 		return err
@@ -176,6 +179,17 @@ func newStepArgs(rec *record.StepRecord) (*stepArgs, error) {
 		a.serverName, a.serverVersion = rec.Server.Name, rec.Server.Version
 	}
 	return a, nil
+}
+
+// validPeer returns p with invalid UTF-8 as U+FFFD, as the JSON of the steps.peers column
+// stores it, so that rec, its session and a read of the step all name the same peer. A peer
+// that needs it is copied, not changed in place: the gateway hands the same *Peer to every
+// step of a session.
+func validPeer(p *record.Peer) *record.Peer {
+	if p == nil || utf8.ValidString(p.Name) && utf8.ValidString(p.Version) {
+		return p
+	}
+	return &record.Peer{Name: strings.ToValidUTF8(p.Name, "\uFFFD"), Version: strings.ToValidUTF8(p.Version, "\uFFFD")}
 }
 
 // stepPeers is the steps.peers column.

@@ -73,13 +73,18 @@ var stepCases = []testCase{
 		rec.Tool = "t\x00ool"
 		rec.AgentName = "\xc3"
 		rec.Request = json.RawMessage("{\"s\":\"\xff\"}")
+		client := &record.Peer{Name: "cli\x00ent", Version: "1\xff"}
+		rec.Client, rec.Server = client, &record.Peer{Name: "\xfe"}
 		save(t, db, rec)
+		require.Equal(t, &record.Peer{Name: "cli\x00ent", Version: "1\xff"}, client, "the caller's peer is not changed")
 		got, err := db.Step(bg(), rec.Seq)
 		require.NoError(t, err)
 		require.Equal(t, *rec, got)
 		s, err := db.Session(bg(), rec.SessionID)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), s.Steps)
+		require.Equal(t, rec.Client, s.Client, "the session names the peers as the step does")
+		require.Equal(t, rec.Server, s.Server)
 	}},
 	{"SaveStepRejectsIncompleteRecords", func(t *testing.T, db storage.Backend) {
 		for name, rec := range map[string]*record.StepRecord{

@@ -37,7 +37,7 @@ type testCase struct {
 // Run runs the whole suite, each case on a backend of its own.
 func Run(t *testing.T, open Open) {
 	var cases []testCase
-	for _, group := range [][]testCase{stepCases, eventCases, sessionCases, holdCases, auditCases,
+	for _, group := range [][]testCase{stepCases, eventCases, sessionCases, peerCases, holdCases, auditCases,
 		ruleCases, authCases, searchCases, statsCases, maintenanceCases} {
 		cases = append(cases, group...)
 	}
