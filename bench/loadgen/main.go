@@ -56,6 +56,8 @@ type options struct {
 	rounds      int
 	markdown    bool
 	vsNoRules   bool
+	// opa is the bench/opa server binary to compare with (none: no comparison).
+	opa string
 	// sessionSteps ends a session after that many steps (0: never).
 	sessionSteps int
 	// sessions are the levels of concurrently active sessions (none: one per agent).
@@ -74,6 +76,7 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "measurements of floor and guardian, alternating, per concurrency level")
 	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
 	flag.BoolVar(&o.vsNoRules, "vs-no-rules", false, "also measure a guardian without rules and report the rules' throughput against it")
+	flag.StringVar(&o.opa, "opa", "", "also measure this bench/opa server (OPA with four Rego rules, no storage) and report the guardian's throughput against it")
 	flag.IntVar(&o.sessionSteps, "session-steps", 0, "start a new session after this many steps (0: one session per agent for the whole run)")
 	var sess string
 	flag.StringVar(&sess, "sessions", "", "comma-separated numbers of concurrently active sessions the agents' steps are spread over, round-robin; each is measured against the first")
@@ -132,19 +135,29 @@ func run() error {
 		defer stop()
 		baseline = url
 	}
+	opaURL := ""
+	if o.opa != "" {
+		url, stop, err := startOPA(ctx, o.opa)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		opaURL = url
+	}
 	load := traffic{sessionSteps: o.sessionSteps}
 	type row struct {
-		c                   int
-		floor, vigil, noRul result
+		c                        int
+		floor, vigil, noRul, opa result
 		// Medians over the rounds of the paired ratios: each round measures the floor and
 		// the guardian back to back, so a busy machine slows both alike.
 		rpsRatio, p50Ratio float64
 		rulesRps, rulesP50 float64
+		opaRps, opaP50     float64
 	}
 	var rows []row
 	for _, c := range o.concurrency {
-		var fs, vs, ns []result
-		var rpsRatios, p50Ratios, rulesRps, rulesP50 []float64
+		var fs, vs, ns, opas []result
+		var rpsRatios, p50Ratios, rulesRps, rulesP50, opaRps, opaP50 []float64
 		for range o.rounds {
 			f, err := drive(floorURL, c, o.warmup, o.duration, load)
 			if err != nil {
@@ -166,42 +179,69 @@ func run() error {
 				rulesRps = append(rulesRps, v.rps/n.rps)
 				rulesP50 = append(rulesP50, float64(v.p50)/float64(n.p50))
 			}
+			if opaURL != "" {
+				op, err := drive(opaURL, c, o.warmup, o.duration, load)
+				if err != nil {
+					return fmt.Errorf("OPA at %d: %w", c, err)
+				}
+				opas = append(opas, op)
+				opaRps = append(opaRps, v.rps/op.rps)
+				opaP50 = append(opaP50, float64(v.p50)/float64(op.p50))
+			}
 		}
 		r := row{c: c, floor: combine(fs), vigil: combine(vs), rpsRatio: median(rpsRatios), p50Ratio: median(p50Ratios)}
 		if baseline != "" {
 			r.noRul, r.rulesRps, r.rulesP50 = combine(ns), median(rulesRps), median(rulesP50)
+		}
+		if opaURL != "" {
+			r.opa, r.opaRps, r.opaP50 = combine(opas), median(opaRps), median(opaP50)
 		}
 		rows = append(rows, r)
 	}
 	if o.sessionSteps > 0 {
 		fmt.Printf("Sessions of %d steps.\n\n", o.sessionSteps)
 	}
+	head := "| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |"
+	align := "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+	blank := ""
 	if baseline != "" {
-		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor | throughput vs no rules | p50 vs no rules |\n")
-		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	} else {
-		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
-		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		head += " throughput vs no rules | p50 vs no rules |"
+		align += "---:|---:|"
+		blank += " | |"
+	}
+	if opaURL != "" {
+		head += " throughput vs OPA | p50 vs OPA |"
+		align += "---:|---:|"
+		blank += " | |"
+	}
+	fmt.Println(head)
+	fmt.Println(align)
+	line := func(c int, name string, r result, rest string) {
+		fmt.Printf("| %d | %s | %.0f | %s | %s | %s | %d |%s\n", c, name, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors, rest)
 	}
 	for _, r := range rows {
-		extra := ""
+		line(r.c, "no-op floor", r.floor, " | |"+blank)
 		if baseline != "" {
-			extra = " | |"
+			line(r.c, "vigil, no rules", r.noRul, " | |"+blank)
 		}
-		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |%s\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors, extra)
+		if opaURL != "" {
+			line(r.c, "OPA, 4 Rego rules, no storage", r.opa, " | |"+blank)
+		}
+		rest := fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rpsRatio, r.p50Ratio)
 		if baseline != "" {
-			fmt.Printf("| %d | vigil, no rules | %.0f | %s | %s | %s | %d | | | | |\n", r.c, r.noRul.rps, us(r.noRul.p50), us(r.noRul.p90), us(r.noRul.p99), r.noRul.errors)
-			extra = fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rulesRps, r.rulesP50)
+			rest += fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rulesRps, r.rulesP50)
 		}
-		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |%s\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
-			100*r.rpsRatio, r.p50Ratio, extra)
+		if opaURL != "" {
+			rest += fmt.Sprintf(" %.2fx | %.2fx |", r.opaRps, r.opaP50)
+		}
+		line(r.c, "vigil", r.vigil, rest)
 	}
 	fmt.Printf("\n%d rounds per level, floor and vigil alternating, %s each after %s of warm-up: req/s is the median round,\n"+
 		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n",
 		o.rounds, o.duration, o.warmup)
 	for _, r := range rows {
-		if r.vigil.errors > 0 || r.noRul.errors > 0 {
-			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors+r.noRul.errors, r.c)
+		if n := r.vigil.errors + r.noRul.errors + r.opa.errors; n > 0 {
+			return fmt.Errorf("%d failed requests at %d agents", n, r.c)
 		}
 	}
 	return nil
@@ -422,6 +462,26 @@ func stepBody(session string, i int) []byte {
 "toolCallRequest":{"executionId":"exec-%d","toolId":"%s","inputs":[{"name":"query","value":"outstanding invoices for customer 8812 in October"},{"name":"to","value":"dana@corp.example"},{"name":"amount","value":%d}]},
 "reasoning":"The user asked about their open invoices; I will look them up before answering."}}`,
 		i, session, i/4, i, i, tool, (i*37)%2000)
+}
+
+// startOPA starts the bench/opa server (OPA with four Rego rules) and returns its URL.
+func startOPA(ctx context.Context, bin string) (string, func(), error) {
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.CommandContext(ctx, bin, addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	if err := waitReady("http://"+addr+"/ready", 20*time.Second); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("OPA server: %w", err)
+	}
+	return "http://" + addr + "/aos", stop, nil
 }
 
 // startNoop starts this program again as the no-op floor server and returns its URL.
