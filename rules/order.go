@@ -735,7 +735,7 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 			return nil, 0, false
 		}
 		want := strings.ToLower(sub.Value)
-		return func(e *Env) bool { return strings.Contains(strings.ToLower(s(e)), want) }, c + costText, true
+		return func(e *Env) bool { return strings.Contains(lowerOf(e, s(e)), want) }, c + costText, true
 	case "sessionHas":
 		return nil, 0, false
 	case "containsAny":
@@ -757,7 +757,7 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 			if len(subs) == 0 {
 				return false
 			}
-			low := strings.ToLower(s(e))
+			low := lowerOf(e, s(e))
 			return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(low, sub) })
 		}, c + costText, true
 	}
