@@ -304,8 +304,8 @@ func runSessions(o options, target string, pid int) error {
 		}
 	}
 	fmt.Printf("%d agents, steps spread round-robin over the sessions.\n\n", c)
-	fmt.Printf("| sessions | req/s | p50 | p90 | p99 | errors | throughput vs %d sessions | each round's ratio | CPU per step | CPU per step vs %d sessions | memory per session |\n"+
-		"|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n", o.sessions[0], o.sessions[0])
+	fmt.Printf("| sessions | req/s | p50 | p90 | p99 | errors | throughput vs %d sessions | each round's ratio | CPU per step | CPU per step vs %d sessions | written per step | memory per session |\n"+
+		"|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n", o.sessions[0], o.sessions[0])
 	for i, n := range o.sessions {
 		r := combine(rs[i])
 		each := make([]string, len(ratios[i]))
@@ -316,8 +316,12 @@ func runSessions(o options, target string, pid int) error {
 		if perSession[i] > 0 {
 			mem = fmt.Sprintf("%.1f KB", perSession[i]/1000)
 		}
-		fmt.Printf("| %d | %.0f | %s | %s | %s | %d | %.0f %% | %s | %s | %s | %s |\n", n, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors,
-			100*median(ratios[i]), strings.Join(each, ", "), cpuText(r.cpu), cpuRatio(r.cpu, combine(rs[0]).cpu), mem)
+		written := "n/a"
+		if r.wrote > 0 {
+			written = fmt.Sprintf("%.1f KB", r.wrote/1000)
+		}
+		fmt.Printf("| %d | %.0f | %s | %s | %s | %d | %.0f %% | %s | %s | %s | %s | %s |\n", n, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors,
+			100*median(ratios[i]), strings.Join(each, ", "), cpuText(r.cpu), cpuRatio(r.cpu, combine(rs[0]).cpu), written, mem)
 		if r.errors > 0 {
 			defer fmt.Fprintf(os.Stderr, "loadgen: %d failed requests with %d sessions\n", r.errors, n)
 		}
@@ -329,7 +333,8 @@ func runSessions(o options, target string, pid int) error {
 		"guardian's resident memory while the level's sessions were created and first measured, divided by\n"+
 		"their number: it includes SQLite's page cache and the collector's headroom, so it bounds the\n"+
 		"session cache's share from above. CPU per step is the guardian's CPU time per request answered\n"+
-		"while measuring, the median round's.\n",
+		"while measuring, written per step the bytes it wrote (journal, SQLite's WAL and checkpoints, answers),\n"+
+		"the median round's.\n",
 		o.rounds, o.sessions[0], o.duration, o.warmup, o.sessions[0])
 	return nil
 }
@@ -382,6 +387,9 @@ type result struct {
 	lat           []time.Duration // sorted
 	// cpu is the server's CPU time per answered request while measuring (0: unknown).
 	cpu time.Duration
+	// wrote is the bytes the server wrote to files and sockets per answered request
+	// while measuring (0: unknown).
+	wrote float64
 }
 
 // traffic says how steps are spread over sessions.
@@ -460,13 +468,13 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 	for answered.Load() < int64(load.warmSteps) {
 		time.Sleep(50 * time.Millisecond) // polling a counter the agents advance
 	}
-	cpu0 := procCPU(load.pid)
+	cpu0, wrote0 := procCPU(load.pid), procWritten(load.pid)
 	measuring.Store(true)
 	start := time.Now()
 	time.Sleep(dur)
 	measuring.Store(false)
 	elapsed := time.Since(start)
-	cpu1 := procCPU(load.pid)
+	cpu1, wrote1 := procCPU(load.pid), procWritten(load.pid)
 	stop.Store(true)
 	wg.Wait()
 
@@ -484,6 +492,9 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 	r := result{rps: float64(len(all)) / elapsed.Seconds(), errors: errs.Load(), lat: all}
 	if cpu0 > 0 && cpu1 > cpu0 {
 		r.cpu = (cpu1 - cpu0) / time.Duration(len(all))
+	}
+	if wrote0 > 0 && wrote1 > wrote0 {
+		r.wrote = float64(wrote1-wrote0) / float64(len(all))
 	}
 	r.p50, r.p90, r.p99 = pct(all, 0.50), pct(all, 0.90), pct(all, 0.99)
 	return r, nil
@@ -516,6 +527,28 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
+// procWritten is the bytes process pid has written (wchar: files, the journal and SQLite's
+// included, and sockets), 0 when unknown.
+func procWritten(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
+
 // pct is the p-quantile of sorted latencies.
 func pct(sorted []time.Duration, p float64) time.Duration {
 	return sorted[int(p*float64(len(sorted)-1))]
@@ -524,16 +557,18 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 // combine merges rounds: the median round's req/s, percentiles over every request.
 func combine(rs []result) result {
 	var out result
-	var rps, cpu []float64
+	var rps, cpu, wrote []float64
 	for _, r := range rs {
 		rps = append(rps, r.rps)
 		cpu = append(cpu, float64(r.cpu))
+		wrote = append(wrote, r.wrote)
 		out.lat = append(out.lat, r.lat...)
 		out.errors += r.errors
 	}
 	slices.Sort(out.lat)
 	out.rps = median(rps)
 	out.cpu = time.Duration(median(cpu))
+	out.wrote = median(wrote)
 	out.p50, out.p90, out.p99 = pct(out.lat, 0.50), pct(out.lat, 0.90), pct(out.lat, 0.99)
 	return out
 }
