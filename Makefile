@@ -125,7 +125,7 @@ bench: build bin/opa-bench
 		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
 	done
 	./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -opa bin/opa-bench -concurrency 32 -duration 3s -rounds 5
-	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 3
+	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 5
 
 clean:
 	rm -rf bin frontend/node_modules
