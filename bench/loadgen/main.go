@@ -154,6 +154,8 @@ func run() error {
 		rpsRatio, p50Ratio float64
 		rulesRps, rulesP50 float64
 		opaRps, opaP50     float64
+		// The rounds' own ratios, to show their spread.
+		eachRules, eachRulesP50, eachOPA []float64
 	}
 	var rows []row
 	for _, c := range o.concurrency {
@@ -193,9 +195,11 @@ func run() error {
 		r := row{c: c, floor: combine(fs), vigil: combine(vs), rpsRatio: median(rpsRatios), p50Ratio: median(p50Ratios)}
 		if baseline != "" {
 			r.noRul, r.rulesRps, r.rulesP50 = combine(ns), median(rulesRps), median(rulesP50)
+			r.eachRules, r.eachRulesP50 = rulesRps, rulesP50
 		}
 		if opaURL != "" {
 			r.opa, r.opaRps, r.opaP50 = combine(opas), median(opaRps), median(opaP50)
+			r.eachOPA = opaRps
 		}
 		rows = append(rows, r)
 	}
@@ -236,6 +240,17 @@ func run() error {
 			rest += fmt.Sprintf(" %.2fx | %.2fx |", r.opaRps, r.opaP50)
 		}
 		line(r.c, "vigil", r.vigil, rest)
+	}
+	for _, r := range rows {
+		if baseline != "" {
+			fmt.Printf("\n%d agents, each round's throughput vs no rules: %s; p50 vs no rules: %s", r.c, list(r.eachRules, "%.0f %%", 100), list(r.eachRulesP50, "%.2fx", 1))
+		}
+		if opaURL != "" {
+			fmt.Printf("\n%d agents, each round's throughput vs OPA: %s", r.c, list(r.eachOPA, "%.2fx", 1))
+		}
+	}
+	if baseline != "" || opaURL != "" {
+		fmt.Println()
 	}
 	fmt.Printf("\n%d rounds per level, floor and vigil alternating, %s each after %s of warm-up: req/s is the median round,\n"+
 		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n"+
@@ -362,6 +377,15 @@ func rss(pid int) int64 {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+// list formats xs, each multiplied by scale, with format.
+func list(xs []float64, format string, scale float64) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf(format, x*scale)
+	}
+	return strings.Join(out, ", ")
+}
 
 // cpuText is a CPU time per request, "n/a" when unknown.
 func cpuText(d time.Duration) string {
