@@ -663,6 +663,7 @@ func startOPA(ctx context.Context, bin string) (string, int, func(), error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.CommandContext(ctx, bin, addr)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", 0, nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -687,6 +688,7 @@ func startNoop(ctx context.Context) (string, func(), error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.CommandContext(ctx, self, "noop-server", addr)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start floor server: %w", err)
 	}
@@ -716,6 +718,7 @@ func startVigil(ctx context.Context, bin, rules string) (string, int, func(), er
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return "", 0, nil, fmt.Errorf("start %s: %w", bin, err)
