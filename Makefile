@@ -132,15 +132,22 @@ smoke: $(UI_DIST)/index.html
 		bash scripts/desktop-smoke.sh bin/vigil-desktop bin/desktop-smoke.png; \
 	else echo "desktop smoke: skipped (desktop packages missing)"; fi
 
-## bench: the load generator against the no-op floor, with and without 100 rules.
-bench: build
+# The OPA side of make bench's comparison: its own module (bench/opa), so OPA stays out of
+# Vigil's go.mod; built once, again only when its sources change.
+bin/opa-bench: bench/opa/main.go bench/opa/policy.rego bench/opa/go.mod bench/opa/go.sum
+	cd bench/opa && $(GO) build -o ../../bin/opa-bench .
+
+## bench: the load generator against the no-op floor, with and without 100 rules, the
+## realistic rules at three session lengths and against OPA, and many sessions.
+bench: build bin/opa-bench
 	$(GO) build -o bin/loadgen ./bench/loadgen
 	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
 	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 3s -rounds 5
 	for n in 20 300 1000; do \
 		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
 	done
-	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 3
+	./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -opa bin/opa-bench -concurrency 32 -duration 3s -rounds 5
+	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 5
 
 ## screenshots: the README's tour pictures (docs/img/tour-*.png) from the real console: a
 ## temporary `vigil serve`, agents over /aos, chromium. Opt-in: not part of `make test`.

@@ -161,3 +161,79 @@ func benchAOSSessions(b *testing.B, policy guardian.Policy, steps, sessions int)
 		}
 	})
 }
+
+// BenchmarkAOSEndpointOneAgent is one agent's steps one after another (no parallelism), as
+// the load benchmark's one-agent p50 sees them: ns/op is the wall time of a step's answer
+// in process, cpu-ns/op adds the SQLite ingestion on the other core. Realistic rules
+// against none, in sessions of 20 and 300 steps; cold=true first evicts the caches (64 MiB
+// written with the timer stopped) before each step, as a busy machine does between one
+// agent's requests: the rules' evaluation then costs two to three times its warm time.
+//
+//	go test -run '^$' -bench AOSEndpointOneAgent -benchtime 5000x ./guardian/
+func BenchmarkAOSEndpointOneAgent(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join("..", "bench", "rules-realistic.yaml"))
+	require.NoError(b, err)
+	f, err := rules.ParseFile("rules-realistic.yaml", data)
+	require.NoError(b, err)
+	for _, c := range []struct {
+		steps int
+		cold  bool
+	}{{20, false}, {300, false}, {300, true}} {
+		for _, set := range []struct {
+			name  string
+			rules []rules.Rule
+		}{{"none", nil}, {"realistic", f.Rules}} {
+			b.Run(fmt.Sprintf("steps=%d/cold=%v/%s", c.steps, c.cold, set.name), func(b *testing.B) {
+				engine := rules.NewEngine(rules.Options{})
+				require.NoError(b, engine.Load(set.rules))
+				benchAOSSerial(b, &guardian.RulesPolicy{Engine: engine}, c.steps, c.cold)
+			})
+		}
+	}
+}
+
+func benchAOSSerial(b *testing.B, policy guardian.Policy, steps int, cold bool) {
+	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
+	require.NoError(b, err)
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
+	require.NoError(b, err)
+	defer db.Close()
+	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db, Policy: policy})
+	require.NoError(b, err)
+	h := g.Handler()
+	header := http.Header{"Content-Type": {"application/json"}}
+	var reqs []string
+	for _, t := range []string{"search_web", "read_file", "send_email", "transfer_funds"} {
+		reqs = append(reqs, strings.Replace(string(body), `"toolId": "refund_payment"`, `"toolId": "`+t+`"`, 1))
+	}
+	var evict []byte
+	if cold {
+		evict = make([]byte, 64<<20)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() {
+		require.NoError(b, db.Flush(context.Background()))
+		if !cold { // the eviction's own CPU time would count
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		}
+	}()
+	for i := 0; i < b.N; i++ {
+		if cold {
+			b.StopTimer()
+			for k := 0; k < len(evict); k += 64 {
+				evict[k]++
+			}
+			b.StartTimer()
+		}
+		req := strings.Replace(reqs[i%len(reqs)], `"sess-7f3a9c"`, fmt.Sprintf(`"serial-%d"`, i/steps), 1)
+		r := httptest.NewRequest(http.MethodPost, "/aos", strings.NewReader(req))
+		r.Header = header
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}

@@ -167,20 +167,24 @@ type Program struct {
 }
 
 type compiledRule struct {
-	Rule
-	mode   Mode
-	code   string
-	when   *vm.Program
+	// What every step reads of a candidate rule comes first, together, ahead of the
+	// rule's definition: a step looks at dozens of rules, and when the machine's other
+	// work has pushed them out of the caches, each line read is a trip to memory.
 	guards []guard
 	// whole is true when the guards are the whole condition: passing them is a match.
-	whole  bool
+	whole bool
+	// reads is what costly Env fields the rule's expressions may read.
+	reads reads
+	when  *vm.Program
+	mode  Mode
+	set   []setExpr
+
+	Rule
+	code   string
 	msg    *template
-	set    []setExpr
 	redact []redactor
 	hold   HoldSpec
 	stats  *ruleStats
-	// reads is what costly Env fields the rule's expressions may read.
-	reads reads
 }
 
 type setExpr struct {

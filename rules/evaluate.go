@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,14 +374,18 @@ func (p *Program) combine(e *Env, m *vm.VM, hits []hit) Verdict {
 	return v
 }
 
+// reasoning explains a verdict. It is built on every step with a match (a monitor rule
+// matching every step is common), so it concatenates rather than going through fmt.
 func reasoning(v Verdict, decider *hit, hits []hit) string {
 	var b strings.Builder
-	if decider == nil {
-		fmt.Fprintf(&b, "no enforced rule matched; default decision %s", v.Action)
-	} else if decider.err != nil {
-		fmt.Fprintf(&b, "rule %s failed (%s); error policy decided %s", decider.r.ID, errorText(decider.err), v.Action)
-	} else {
-		fmt.Fprintf(&b, "rule %s decided %s (priority %d)", decider.r.ID, v.Action, decider.r.Priority)
+	switch {
+	case decider == nil:
+		b.WriteString("no enforced rule matched; default decision ")
+		b.WriteString(string(v.Action))
+	case decider.err != nil:
+		b.WriteString("rule " + decider.r.ID + " failed (" + errorText(decider.err) + "); error policy decided " + string(v.Action))
+	default:
+		b.WriteString("rule " + decider.r.ID + " decided " + string(v.Action) + " (priority " + strconv.Itoa(decider.r.Priority) + ")")
 	}
 	var also, monitor, failed []string
 	for i := range hits {
@@ -390,11 +395,11 @@ func reasoning(v Verdict, decider *hit, hits []hit) string {
 		}
 		switch {
 		case h.err != nil:
-			failed = append(failed, fmt.Sprintf("%s (%s, %s: %s)", h.r.ID, h.r.mode, h.action, errorText(h.err)))
+			failed = append(failed, h.r.ID+" ("+string(h.r.mode)+", "+string(h.action)+": "+errorText(h.err)+")")
 		case h.decides:
-			also = append(also, fmt.Sprintf("%s (%s)", h.r.ID, h.action))
+			also = append(also, h.r.ID+" ("+string(h.action)+")")
 		default:
-			monitor = append(monitor, fmt.Sprintf("%s (%s)", h.r.ID, h.action))
+			monitor = append(monitor, h.r.ID+" ("+string(h.action)+")")
 		}
 	}
 	if len(also) > 0 {

@@ -285,6 +285,10 @@ func memo[T any](e *Env, name, s string, fn func(string) T) T {
 	return v
 }
 
+// lowerOf is strings.ToLower(s), computed once per evaluation: the icontains and
+// containsAny tests of a step's rules mostly ask about the same text or reasoning.
+func lowerOf(e *Env, s string) string { return memo(e, "toLower", s, strings.ToLower) }
+
 func piiSpans(e *Env, s string) []span    { return memo(e, "piiSpans", s, findPII) }
 func secretSpans(e *Env, s string) []span { return memo(e, "secretSpans", s, findSecrets) }
 func urlSpans(e *Env, s string) []span    { return memo(e, "urlSpans", s, findURLs) }

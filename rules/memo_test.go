@@ -17,6 +17,8 @@ var memoRules = []string{
 	`countToolWithin(session, "a", duration("30s")) >= 2`, `countToolWithin(session, "a*", duration("1m")) > 3`,
 	`countToolWithin(session, "*", duration("10s")) == 1`, `countToolWithin(session, "b", duration("2m")) == 0`,
 	`sessionText(session) contains "secret"`, `sessionText(session) endsWith "x"`, `len(sessionText(session)) > 40`,
+	`sessionText(session) contains "a Secret"`, `sessionText(session) contains "Secret x"`,
+	`sessionText(session) contains "x\nSECRET"`, `tool == "b" && sessionText(session) contains "ET x"`,
 	`any(session.steps, .decision == "deny" && .tool == "a")`, `none(session.steps, .kind == "toolResult")`,
 	`all(session.steps, .tool startsWith "a")`, `any(session.steps, .text matches "(?i)sec")`,
 	`tool == "a" && any(session.steps, .decision in ["deny", "hold"])`,
@@ -51,7 +53,7 @@ func TestSessionMemoAgreesWithScan(t *testing.T) {
 				at = at.Add(-30 * time.Second)
 			}
 			all = append(all, HistoryStep{Kind: pick("toolCall", "toolResult"), Tool: pick("a", "ab", "b"),
-				Decision: pick("allow", "deny", "hold"), Text: pick("", "x", "a Secret", "SECRET x", "plain"), ReceivedAt: at})
+				Decision: pick("allow", "deny", "hold"), Text: pick("", "x", "a Secret", "SECRET x", "plain", "a Sec", "ret x"), ReceivedAt: at})
 			if r.IntN(10) == 0 {
 				memo = newSessionMemo() // the session was evicted and loaded again
 			}

@@ -735,7 +735,7 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 			return nil, 0, false
 		}
 		want := strings.ToLower(sub.Value)
-		return func(e *Env) bool { return strings.Contains(strings.ToLower(s(e)), want) }, c + costText, true
+		return func(e *Env) bool { return strings.Contains(lowerOf(e, s(e)), want) }, c + costText, true
 	case "sessionHas":
 		return nil, 0, false
 	case "containsAny":
@@ -757,7 +757,7 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 			if len(subs) == 0 {
 				return false
 			}
-			low := strings.ToLower(s(e))
+			low := lowerOf(e, s(e))
 			return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(low, sub) })
 		}, c + costText, true
 	}
@@ -847,6 +847,9 @@ func guardBinary(x *ast.BinaryNode, cache *regexCache) (boolFn, int, bool) {
 		}
 		return func(e *Env) bool { return en.match(e, l(e)) }, lc + costRegexp, true
 	}
+	if f, ok := sessionTextContains(x); ok {
+		return f, costHistory, true
+	}
 	r, rc, ok := guardStr(x.Right, cache)
 	if !ok {
 		return nil, 0, false
@@ -859,6 +862,34 @@ func guardBinary(x *ast.BinaryNode, cache *regexCache) (boolFn, int, bool) {
 		return nil, 0, false
 	}
 	return func(e *Env) bool { return op(l(e), r(e)) }, lc + rc + costCompare, true
+}
+
+// sessionTextContains compiles `sessionText(session) contains "literal"`, for a literal
+// without a newline, into a question the session memo answers incrementally: the steps'
+// texts are joined with newlines, so such a literal occurs in the joined text exactly when
+// it occurs in one step's text, and each step is looked at once per question instead of the
+// whole history being searched on every step. Without a memo (or when it cannot answer) the
+// text is joined and searched as the VM would.
+func sessionTextContains(x *ast.BinaryNode) (boolFn, bool) {
+	c, ok := x.Left.(*ast.CallNode)
+	if !ok || x.Operator != "contains" || !isIdent(c.Callee, "sessionText") || len(c.Arguments) != 1 ||
+		!isIdent(c.Arguments[0], "session") {
+		return nil, false
+	}
+	lit, ok := x.Right.(*ast.StringNode)
+	if !ok || lit.Value == "" || strings.Contains(lit.Value, "\n") {
+		return nil, false
+	}
+	sub, key := lit.Value, "text\x00"+lit.Value
+	has := func(st *HistoryStep) (bool, error) { return strings.Contains(st.Text, sub), nil }
+	return func(e *Env) bool {
+		if m := memoOf(e, e.Session); m != nil {
+			if v, ok, _ := m.anyStep(key, e.Session, has); ok {
+				return v
+			}
+		}
+		return strings.Contains(sessionTextOf(e, e.Session), sub)
+	}, true
 }
 
 // lastToolOf is lastTool(session).

@@ -81,26 +81,25 @@ func asciiLower(s string) string {
 // findSecrets returns the credential spans of s in order, without overlaps. Every attempt
 // either matches and skips past the match or fails within a bounded window, so hostile
 // text full of prefixes costs time linear in its length.
+//
+// Where the prefixes occur is found in one pass over s (prefixOccurrences) rather than one
+// strings.Index scan per prefix (33 of them): the patterns then take their attempts in the
+// same order as a scan per prefix would, from the occurrences at or after their position.
 func findSecrets(s string) []span {
 	var out []span
-	var lower string
 	var keys keyBlocks
-	for _, p := range secretPatterns {
-		hay := s
-		if p.fold {
-			if lower == "" {
-				lower = asciiLower(s)
-			}
-			hay = lower
-		}
+	var buf [16]prefixAt
+	occ := prefixOccurrences(s, buf[:0])
+	for pi := range secretPatterns {
+		p := &secretPatterns[pi]
 		var found []span
-		for _, pre := range p.prefixes {
-			for from := 0; from < len(hay); {
-				k := strings.Index(hay[from:], pre)
-				if k < 0 {
-					break
+		for ri := range p.prefixes {
+			from := 0
+			for _, o := range occ {
+				if int(o.pattern) != pi || int(o.prefix) != ri || o.pos < from {
+					continue
 				}
-				i := from + k
+				i := o.pos
 				from = i + 1
 				if p.wordStart && i > 0 && isWordChar(s[i-1]) {
 					continue
@@ -136,6 +135,78 @@ func findSecrets(s string) []span {
 		out = mergeFree(out, found)
 	}
 	return out
+}
+
+// prefixAt is an occurrence of secretPatterns[pattern].prefixes[prefix] at pos.
+type prefixAt struct {
+	pos             int
+	pattern, prefix uint8
+}
+
+// prefixRef names a prefix of secretPatterns.
+type prefixRef struct {
+	pattern, prefix uint8
+	s               string
+	fold            bool
+}
+
+// prefixesByByte lists the prefixes of secretPatterns by their first byte (lower-case for
+// the case-insensitive ones, which are lower-case ASCII), each byte's in pattern order.
+var prefixesByByte = func() (t [256][]prefixRef) {
+	for pi, p := range secretPatterns {
+		for ri, pre := range p.prefixes {
+			r := prefixRef{uint8(pi), uint8(ri), pre, p.fold}
+			t[pre[0]] = append(t[pre[0]], r)
+			if p.fold && pre[0] >= 'a' && pre[0] <= 'z' {
+				t[pre[0]-'a'+'A'] = append(t[pre[0]-'a'+'A'], r)
+			}
+		}
+	}
+	return t
+}()
+
+// startsPrefix marks the bytes prefixesByByte has prefixes for: most bytes of a text start
+// none, and this small table is all the pass reads for them.
+var startsPrefix = func() (t [256]bool) {
+	for c, refs := range prefixesByByte {
+		t[c] = len(refs) > 0
+	}
+	return t
+}()
+
+// prefixOccurrences appends to out every position of s where a prefix of secretPatterns
+// starts (ASCII case-insensitively for the patterns with fold, as a search in asciiLower(s)
+// finds them), in order of position.
+func prefixOccurrences(s string, out []prefixAt) []prefixAt {
+	for i := 0; i < len(s); i++ {
+		if !startsPrefix[s[i]] {
+			continue
+		}
+		for _, r := range prefixesByByte[s[i]] {
+			if len(s)-i < len(r.s) {
+				continue
+			}
+			if r.fold && !hasLowerPrefix(s[i:], r.s) || !r.fold && s[i:i+len(r.s)] != r.s {
+				continue
+			}
+			out = append(out, prefixAt{i, r.pattern, r.prefix})
+		}
+	}
+	return out
+}
+
+// hasLowerPrefix reports whether asciiLower(s) starts with the lower-case prefix.
+func hasLowerPrefix(s, prefix string) bool {
+	for k := 0; k < len(prefix); k++ {
+		c := s[k]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[k] {
+			return false
+		}
+	}
+	return true
 }
 
 func isTokenChar(c byte) bool { return isAlnum(c) || c == '_' || c == '-' }

@@ -56,6 +56,8 @@ type options struct {
 	rounds      int
 	markdown    bool
 	vsNoRules   bool
+	// opa is the bench/opa server binary to compare with (none: no comparison).
+	opa string
 	// sessionSteps ends a session after that many steps (0: never).
 	sessionSteps int
 	// sessions are the levels of concurrently active sessions (none: one per agent).
@@ -74,6 +76,7 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "measurements of floor and guardian, alternating, per concurrency level")
 	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
 	flag.BoolVar(&o.vsNoRules, "vs-no-rules", false, "also measure a guardian without rules and report the rules' throughput against it")
+	flag.StringVar(&o.opa, "opa", "", "also measure this bench/opa server (OPA with four Rego rules, no storage) and report the guardian's throughput against it")
 	flag.IntVar(&o.sessionSteps, "session-steps", 0, "start a new session after this many steps (0: one session per agent for the whole run)")
 	var sess string
 	flag.StringVar(&sess, "sessions", "", "comma-separated numbers of concurrently active sessions the agents' steps are spread over, round-robin; each is measured against the first")
@@ -105,52 +108,65 @@ func run() error {
 	defer stopFloor()
 
 	target := o.target
+	pid := 0 // the guardian's process, when started here
 	if target == "" {
-		url, stop, err := startVigil(ctx, o.vigil, o.rules)
+		url, p, stop, err := startVigil(ctx, o.vigil, o.rules)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		target = url
+		target, pid = url, p
 	}
 
 	if o.rounds < 1 {
 		return fmt.Errorf("-rounds: %d is not a positive integer", o.rounds)
 	}
 	if len(o.sessions) > 0 {
-		return runSessions(o, target)
+		return runSessions(o, target, pid)
 	}
-	baseline := ""
+	baseline, basePID := "", 0
 	if o.vsNoRules {
 		if o.target != "" || o.rules == "" {
 			return errors.New("-vs-no-rules needs -rules and no -target")
 		}
-		url, stop, err := startVigil(ctx, o.vigil, "")
+		url, p, stop, err := startVigil(ctx, o.vigil, "")
 		if err != nil {
 			return err
 		}
 		defer stop()
-		baseline = url
+		baseline, basePID = url, p
+	}
+	opaURL, opaPID := "", 0
+	if o.opa != "" {
+		url, p, stop, err := startOPA(ctx, o.opa)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		opaURL, opaPID = url, p
 	}
 	load := traffic{sessionSteps: o.sessionSteps}
 	type row struct {
-		c                   int
-		floor, vigil, noRul result
+		c                        int
+		floor, vigil, noRul, opa result
 		// Medians over the rounds of the paired ratios: each round measures the floor and
 		// the guardian back to back, so a busy machine slows both alike.
 		rpsRatio, p50Ratio float64
 		rulesRps, rulesP50 float64
+		opaRps, opaP50     float64
+		// The rounds' own ratios, to show their spread.
+		eachRules, eachRulesP50, eachOPA []float64
 	}
 	var rows []row
 	for _, c := range o.concurrency {
-		var fs, vs, ns []result
-		var rpsRatios, p50Ratios, rulesRps, rulesP50 []float64
+		var fs, vs, ns, opas []result
+		var rpsRatios, p50Ratios, rulesRps, rulesP50, opaRps, opaP50 []float64
 		for range o.rounds {
 			f, err := drive(floorURL, c, o.warmup, o.duration, load)
 			if err != nil {
 				return fmt.Errorf("floor at %d: %w", c, err)
 			}
-			v, err := drive(target, c, o.warmup, o.duration, load)
+			v, err := drive(target, c, o.warmup, o.duration, load.of(pid))
 			if err != nil {
 				return fmt.Errorf("vigil at %d: %w", c, err)
 			}
@@ -158,7 +174,7 @@ func run() error {
 			rpsRatios = append(rpsRatios, v.rps/f.rps)
 			p50Ratios = append(p50Ratios, float64(v.p50)/float64(f.p50))
 			if baseline != "" {
-				n, err := drive(baseline, c, o.warmup, o.duration, load)
+				n, err := drive(baseline, c, o.warmup, o.duration, load.of(basePID))
 				if err != nil {
 					return fmt.Errorf("vigil without rules at %d: %w", c, err)
 				}
@@ -166,91 +182,238 @@ func run() error {
 				rulesRps = append(rulesRps, v.rps/n.rps)
 				rulesP50 = append(rulesP50, float64(v.p50)/float64(n.p50))
 			}
+			if opaURL != "" {
+				op, err := drive(opaURL, c, o.warmup, o.duration, load.of(opaPID))
+				if err != nil {
+					return fmt.Errorf("OPA at %d: %w", c, err)
+				}
+				opas = append(opas, op)
+				opaRps = append(opaRps, v.rps/op.rps)
+				opaP50 = append(opaP50, float64(v.p50)/float64(op.p50))
+			}
 		}
 		r := row{c: c, floor: combine(fs), vigil: combine(vs), rpsRatio: median(rpsRatios), p50Ratio: median(p50Ratios)}
 		if baseline != "" {
 			r.noRul, r.rulesRps, r.rulesP50 = combine(ns), median(rulesRps), median(rulesP50)
+			r.eachRules, r.eachRulesP50 = rulesRps, rulesP50
+		}
+		if opaURL != "" {
+			r.opa, r.opaRps, r.opaP50 = combine(opas), median(opaRps), median(opaP50)
+			r.eachOPA = opaRps
 		}
 		rows = append(rows, r)
 	}
 	if o.sessionSteps > 0 {
 		fmt.Printf("Sessions of %d steps.\n\n", o.sessionSteps)
 	}
+	head := "| agents | target | req/s | p50 | p90 | p99 | errors | CPU per step | throughput vs floor | p50 vs floor |"
+	align := "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	blank := ""
 	if baseline != "" {
-		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor | throughput vs no rules | p50 vs no rules |\n")
-		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	} else {
-		fmt.Printf("| agents | target | req/s | p50 | p90 | p99 | errors | throughput vs floor | p50 vs floor |\n")
-		fmt.Printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		head += " throughput vs no rules | p50 vs no rules | CPU per step vs no rules |"
+		align += "---:|---:|---:|"
+		blank += " | | |"
+	}
+	if opaURL != "" {
+		head += " throughput vs OPA | p50 vs OPA |"
+		align += "---:|---:|"
+		blank += " | |"
+	}
+	fmt.Println(head)
+	fmt.Println(align)
+	line := func(c int, name string, r result, rest string) {
+		fmt.Printf("| %d | %s | %.0f | %s | %s | %s | %d | %s |%s\n", c, name, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors, cpuText(r.cpu), rest)
 	}
 	for _, r := range rows {
-		extra := ""
+		line(r.c, "no-op floor", r.floor, " | |"+blank)
 		if baseline != "" {
-			extra = " | |"
+			line(r.c, "vigil, no rules", r.noRul, " | |"+blank)
 		}
-		fmt.Printf("| %d | no-op floor | %.0f | %s | %s | %s | %d | | |%s\n", r.c, r.floor.rps, us(r.floor.p50), us(r.floor.p90), us(r.floor.p99), r.floor.errors, extra)
+		if opaURL != "" {
+			line(r.c, "OPA, 4 Rego rules, no storage", r.opa, " | |"+blank)
+		}
+		rest := fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rpsRatio, r.p50Ratio)
 		if baseline != "" {
-			fmt.Printf("| %d | vigil, no rules | %.0f | %s | %s | %s | %d | | | | |\n", r.c, r.noRul.rps, us(r.noRul.p50), us(r.noRul.p90), us(r.noRul.p99), r.noRul.errors)
-			extra = fmt.Sprintf(" %.0f %% | %.2fx |", 100*r.rulesRps, r.rulesP50)
+			rest += fmt.Sprintf(" %.0f %% | %.2fx | %s |", 100*r.rulesRps, r.rulesP50, cpuRatio(r.vigil.cpu, r.noRul.cpu))
 		}
-		fmt.Printf("| %d | vigil | %.0f | %s | %s | %s | %d | %.0f %% | %.2fx |%s\n", r.c, r.vigil.rps, us(r.vigil.p50), us(r.vigil.p90), us(r.vigil.p99), r.vigil.errors,
-			100*r.rpsRatio, r.p50Ratio, extra)
+		if opaURL != "" {
+			rest += fmt.Sprintf(" %.2fx | %.2fx |", r.opaRps, r.opaP50)
+		}
+		line(r.c, "vigil", r.vigil, rest)
+	}
+	for _, r := range rows {
+		if baseline != "" {
+			fmt.Printf("\n%d agents, each round's throughput vs no rules: %s; p50 vs no rules: %s", r.c, list(r.eachRules, "%.0f %%", 100), list(r.eachRulesP50, "%.2fx", 1))
+		}
+		if opaURL != "" {
+			fmt.Printf("\n%d agents, each round's throughput vs OPA: %s", r.c, list(r.eachOPA, "%.2fx", 1))
+		}
+	}
+	if baseline != "" || opaURL != "" {
+		fmt.Println()
 	}
 	fmt.Printf("\n%d rounds per level, floor and vigil alternating, %s each after %s of warm-up: req/s is the median round,\n"+
-		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n",
+		"latencies are over all rounds' requests, the ratios are the medians of the rounds' paired ratios.\n"+
+		"CPU per step is the server process's CPU time (all its threads, SQLite's included) per request\n"+
+		"answered while measuring, the median round's; CPU per step vs no rules is the no-rules guardian's\n"+
+		"over the guardian's with rules, what the throughput ratio would be if CPU alone decided it.\n",
 		o.rounds, o.duration, o.warmup)
 	for _, r := range rows {
-		if r.vigil.errors > 0 || r.noRul.errors > 0 {
-			return fmt.Errorf("%d failed requests at %d agents", r.vigil.errors+r.noRul.errors, r.c)
+		if n := r.vigil.errors + r.noRul.errors + r.opa.errors; n > 0 {
+			return fmt.Errorf("%d failed requests at %d agents", n, r.c)
 		}
 	}
 	return nil
 }
 
 // runSessions measures the guardian with the agents' steps spread over each number of
-// sessions in turn, alternating the levels within each round, against the first level.
-// Every session gets a step before a level is measured, so all of them are active.
-func runSessions(o options, target string) error {
+// sessions against the first number. Every session gets a step before a level is measured,
+// so all of them are active. Each round measures every other level between two
+// measurements of the first (A B A C A …), and a level's ratio is against the mean of the
+// two around it: the machine's load drifting during a round moves both sides alike. pid,
+// when the guardian was started here, is its process, whose resident memory is read as
+// each level's sessions are created.
+func runSessions(o options, target string, pid int) error {
 	c := o.concurrency[len(o.concurrency)-1]
 	rs := make([][]result, len(o.sessions))
 	ratios := make([][]float64, len(o.sessions))
+	// perSession is the growth of the guardian's resident memory while a level's sessions
+	// were created and first measured, per session (0: unknown; the first level's few
+	// sessions say nothing about it).
+	perSession := make([]float64, len(o.sessions))
+	measure := func(round, i int) (result, error) {
+		n := o.sessions[i]
+		load := traffic{sessions: n, sessionSteps: o.sessionSteps, prefix: fmt.Sprintf("s%d-", n)}
+		var before int64
+		if round == 0 {
+			load.warmSteps = n // the first round makes every session exist
+			before = rss(pid)
+		}
+		r, err := drive(target, c, o.warmup, o.duration, load.of(pid))
+		if err != nil {
+			return r, fmt.Errorf("vigil with %d sessions: %w", n, err)
+		}
+		if after := rss(pid); round == 0 && i > 0 && before > 0 && after > 0 {
+			perSession[i] = float64(after-before) / float64(n)
+		}
+		rs[i] = append(rs[i], r)
+		return r, nil
+	}
 	for round := range o.rounds {
-		for i, n := range o.sessions {
-			load := traffic{sessions: n, sessionSteps: o.sessionSteps, prefix: fmt.Sprintf("s%d-", n)}
-			warm := o.warmup
-			if round == 0 {
-				load.warmSteps = n // the first round makes every session exist
-			}
-			r, err := drive(target, c, warm, o.duration, load)
+		a, err := measure(round, 0)
+		if err != nil {
+			return err
+		}
+		ratios[0] = append(ratios[0], 1)
+		for i := 1; i < len(o.sessions); i++ {
+			r, err := measure(round, i)
 			if err != nil {
-				return fmt.Errorf("vigil with %d sessions: %w", n, err)
+				return err
 			}
-			rs[i] = append(rs[i], r)
-			ratios[i] = append(ratios[i], r.rps/rs[0][round].rps)
+			next, err := measure(round, 0)
+			if err != nil {
+				return err
+			}
+			ratios[i] = append(ratios[i], r.rps/((a.rps+next.rps)/2))
+			a = next
 		}
 	}
 	fmt.Printf("%d agents, steps spread round-robin over the sessions.\n\n", c)
-	fmt.Printf("| sessions | req/s | p50 | p90 | p99 | errors | throughput vs %d sessions |\n|---:|---:|---:|---:|---:|---:|---:|\n", o.sessions[0])
+	fmt.Printf("| sessions | req/s | p50 | p90 | p99 | errors | throughput vs %d sessions | each round's ratio | CPU per step | CPU per step vs %d sessions | written per step | memory per session |\n"+
+		"|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n", o.sessions[0], o.sessions[0])
 	for i, n := range o.sessions {
 		r := combine(rs[i])
-		fmt.Printf("| %d | %.0f | %s | %s | %s | %d | %.0f %% |\n", n, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors, 100*median(ratios[i]))
+		each := make([]string, len(ratios[i]))
+		for k, x := range ratios[i] {
+			each[k] = fmt.Sprintf("%.0f %%", 100*x)
+		}
+		mem := "n/a"
+		if perSession[i] > 0 {
+			mem = fmt.Sprintf("%.1f KB", perSession[i]/1000)
+		}
+		written := "n/a"
+		if r.wrote > 0 {
+			written = fmt.Sprintf("%.1f KB", r.wrote/1000)
+		}
+		fmt.Printf("| %d | %.0f | %s | %s | %s | %d | %.0f %% | %s | %s | %s | %s | %s |\n", n, r.rps, us(r.p50), us(r.p90), us(r.p99), r.errors,
+			100*median(ratios[i]), strings.Join(each, ", "), cpuText(r.cpu), cpuRatio(r.cpu, combine(rs[0]).cpu), written, mem)
 		if r.errors > 0 {
 			defer fmt.Fprintf(os.Stderr, "loadgen: %d failed requests with %d sessions\n", r.errors, n)
 		}
 	}
-	fmt.Printf("\n%d rounds, levels alternating, %s each after %s of warm-up (the first round's warm-up lasts\n"+
-		"until every session has a step): req/s is the median round, ratios the medians of the rounds' ratios.\n",
-		o.rounds, o.duration, o.warmup)
+	fmt.Printf("\n%d rounds, each measuring %d sessions before and after every other level, %s each after %s of\n"+
+		"warm-up (the first round's warm-up lasts until every session has a step): req/s is the median\n"+
+		"round; a level's ratio in a round is against the mean of the two measurements of %d sessions\n"+
+		"around it, and the table's is the median of the rounds'. Memory per session is the growth of the\n"+
+		"guardian's resident memory while the level's sessions were created and first measured, divided by\n"+
+		"their number: it includes SQLite's page cache and the collector's headroom, so it bounds the\n"+
+		"session cache's share from above. CPU per step is the guardian's CPU time per request answered\n"+
+		"while measuring, written per step the bytes it wrote (journal, SQLite's WAL and checkpoints, answers),\n"+
+		"the median round's.\n",
+		o.rounds, o.sessions[0], o.duration, o.warmup, o.sessions[0])
 	return nil
 }
 
+// rss is the resident memory of process pid in bytes, 0 when it cannot be read (no pid, or
+// no /proc).
+func rss(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+// list formats xs, each multiplied by scale, with format.
+func list(xs []float64, format string, scale float64) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf(format, x*scale)
+	}
+	return strings.Join(out, ", ")
+}
+
+// cpuText is a CPU time per request, "n/a" when unknown.
+func cpuText(d time.Duration) string {
+	if d <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+}
+
+// cpuRatio is b's CPU per request over a's: what a's throughput would be against b's if
+// CPU alone decided it.
+func cpuRatio(a, b time.Duration) string {
+	if a <= 0 || b <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f %%", 100*float64(b)/float64(a))
+}
 
 type result struct {
 	rps           float64
 	p50, p90, p99 time.Duration
 	errors        int64
 	lat           []time.Duration // sorted
+	// cpu is the server's CPU time per answered request while measuring (0: unknown).
+	cpu time.Duration
+	// wrote is the bytes the server wrote to files and sockets per answered request
+	// while measuring (0: unknown).
+	wrote float64
 }
 
 // traffic says how steps are spread over sessions.
@@ -263,7 +426,13 @@ type traffic struct {
 	// warmSteps makes the warm-up last until that many steps were answered.
 	warmSteps int
 	prefix    string
+	// pid, when set, is the server's process: its CPU time while measuring is reported per
+	// request, which the machine's other load does not change as it does throughput.
+	pid int
 }
+
+// of is the traffic sent to the server running as process pid (0: unknown).
+func (t traffic) of(pid int) traffic { t.pid = pid; return t }
 
 // drive runs c agents in a closed loop against url: each sends a step, waits for the
 // answer, and sends the next.
@@ -325,11 +494,13 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 	for answered.Load() < int64(load.warmSteps) {
 		time.Sleep(50 * time.Millisecond) // polling a counter the agents advance
 	}
+	cpu0, wrote0 := procCPU(load.pid), procWritten(load.pid)
 	measuring.Store(true)
 	start := time.Now()
 	time.Sleep(dur)
 	measuring.Store(false)
 	elapsed := time.Since(start)
+	cpu1, wrote1 := procCPU(load.pid), procWritten(load.pid)
 	stop.Store(true)
 	wg.Wait()
 
@@ -345,8 +516,63 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 	}
 	slices.Sort(all)
 	r := result{rps: float64(len(all)) / elapsed.Seconds(), errors: errs.Load(), lat: all}
+	if cpu0 > 0 && cpu1 > cpu0 {
+		r.cpu = (cpu1 - cpu0) / time.Duration(len(all))
+	}
+	if wrote0 > 0 && wrote1 > wrote0 {
+		r.wrote = float64(wrote1-wrote0) / float64(len(all))
+	}
 	r.p50, r.p90, r.p99 = pct(all, 0.50), pct(all, 0.90), pct(all, 0.99)
 	return r, nil
+}
+
+// procCPU is the user and system CPU time process pid has used, 0 when unknown (no pid, or
+// no /proc). Linux counts it in ticks of 10 ms (USER_HZ 100).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// procWritten is the bytes process pid has written (wchar: files, the journal and SQLite's
+// included, and sockets), 0 when unknown.
+func procWritten(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // pct is the p-quantile of sorted latencies.
@@ -357,14 +583,18 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 // combine merges rounds: the median round's req/s, percentiles over every request.
 func combine(rs []result) result {
 	var out result
-	var rps []float64
+	var rps, cpu, wrote []float64
 	for _, r := range rs {
 		rps = append(rps, r.rps)
+		cpu = append(cpu, float64(r.cpu))
+		wrote = append(wrote, r.wrote)
 		out.lat = append(out.lat, r.lat...)
 		out.errors += r.errors
 	}
 	slices.Sort(out.lat)
 	out.rps = median(rps)
+	out.cpu = time.Duration(median(cpu))
+	out.wrote = median(wrote)
 	out.p50, out.p90, out.p99 = pct(out.lat, 0.50), pct(out.lat, 0.90), pct(out.lat, 0.99)
 	return out
 }
@@ -426,6 +656,27 @@ func stepBody(session string, i int) []byte {
 		i, session, i/4, i, i, tool, (i*37)%2000)
 }
 
+// startOPA starts the bench/opa server (OPA with four Rego rules) and returns its URL.
+func startOPA(ctx context.Context, bin string) (string, int, func(), error) {
+	port, err := freePort()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.CommandContext(ctx, bin, addr)
+	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	if err := waitReady("http://"+addr+"/ready", 20*time.Second); err != nil {
+		stop()
+		return "", 0, nil, fmt.Errorf("OPA server: %w", err)
+	}
+	return "http://" + addr + "/aos", cmd.Process.Pid, stop, nil
+}
+
 // startNoop starts this program again as the no-op floor server and returns its URL.
 func startNoop(ctx context.Context) (string, func(), error) {
 	self, err := os.Executable()
@@ -439,6 +690,7 @@ func startNoop(ctx context.Context) (string, func(), error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.CommandContext(ctx, self, "noop-server", addr)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start floor server: %w", err)
 	}
@@ -451,14 +703,15 @@ func startNoop(ctx context.Context) (string, func(), error) {
 	return url, stop, nil
 }
 
-func startVigil(ctx context.Context, bin, rules string) (string, func(), error) {
+// startVigil starts `vigil serve` on a temporary database and returns its URL and process id.
+func startVigil(ctx context.Context, bin, rules string) (string, int, func(), error) {
 	dir, err := os.MkdirTemp("", "vigil-loadgen-")
 	if err != nil {
-		return "", nil, fmt.Errorf("temp dir: %w", err)
+		return "", 0, nil, fmt.Errorf("temp dir: %w", err)
 	}
 	port, err := freePort()
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"serve", "--addr", addr, "--db", filepath.Join(dir, "vigil.db"), "--log-level", "warn"}
@@ -467,9 +720,10 @@ func startVigil(ctx context.Context, bin, rules string) (string, func(), error) 
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = os.Stderr
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+		return "", 0, nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	stop := func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -478,9 +732,9 @@ func startVigil(ctx context.Context, bin, rules string) (string, func(), error) 
 	}
 	if err := waitReady("http://"+addr+"/api/info", 20*time.Second); err != nil {
 		stop()
-		return "", nil, fmt.Errorf("vigil: %w", err)
+		return "", 0, nil, fmt.Errorf("vigil: %w", err)
 	}
-	return "http://" + addr + "/aos", stop, nil
+	return "http://" + addr + "/aos", cmd.Process.Pid, stop, nil
 }
 
 func freePort() (int, error) {
