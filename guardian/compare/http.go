@@ -12,7 +12,7 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 )
 
-// Store is what a comparison reads; *storage.DB implements it.
+// Store is what a comparison reads; every storage backend implements it.
 type Store interface {
 	Session(ctx context.Context, id string) (record.Session, error)
 	// Steps pages through a session's steps in seq order (at most 1000 a page).

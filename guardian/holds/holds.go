@@ -117,7 +117,7 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Message }
 
-// Store is what the holds need from persistence; storage.DB implements it. Every method
+// Store is what the holds need from persistence; every storage backend implements it. Every method
 // that changes state writes its events (and audit entry, when given one) in the same
 // transaction and returns the events for publishing.
 type Store interface {

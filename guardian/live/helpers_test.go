@@ -62,7 +62,7 @@ func (s *memStore) setHook(f func(after int64, p record.EventPage)) {
 	s.hook = f
 }
 
-// EventsPage pages like storage.DB.EventsPage, bytes counted as payload lengths; it does
+// EventsPage pages like a storage backend's EventsPage, bytes counted as payload lengths; it does
 // not truncate steps.
 func (s *memStore) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	s.mu.Lock()

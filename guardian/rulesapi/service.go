@@ -26,7 +26,7 @@ import (
 	"github.com/vigil-guardian/vigil/rules"
 )
 
-// Store is what the rules service needs from persistence; *storage.DB implements it.
+// Store is what the rules service needs from persistence; every storage backend implements it.
 type Store interface {
 	// ListRules returns the current rules ordered by id.
 	ListRules(ctx context.Context) ([]rules.Rule, error)

@@ -37,7 +37,7 @@ type Sources struct {
 	RuleStats func() map[string]rules.RuleStats
 	// PendingHolds returns the number of holds waiting for an operator.
 	PendingHolds func() int
-	// Ingest returns the storage's ingestion backlog (storage.DB.IngestStats).
+	// Ingest returns the storage's ingestion backlog (storage.Backend.IngestStats).
 	Ingest func() record.IngestStats
 	// Live returns the live hub's counters.
 	Live func() live.Counters

@@ -41,7 +41,7 @@ type Options struct {
 	Version string
 	// Content adds step content to spans: the request, tool arguments and the answer.
 	Content bool
-	// HoldBySeq finds the hold of a held step (storage.DB.HoldBySeq); nil: no hold spans.
+	// HoldBySeq finds the hold of a held step (storage.Backend.HoldBySeq); nil: no hold spans.
 	HoldBySeq func(ctx context.Context, seq int64) (record.Hold, error)
 	// BatchTimeout is the longest a span waits to be exported (default 5s).
 	BatchTimeout time.Duration
