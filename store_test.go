@@ -319,3 +319,48 @@ func TestServeOnPostgres(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(body), "postgres://postgres@127.0.0.1:")
 }
+
+// A SQLite installation may hold bytes PostgreSQL text refuses (an agent that sent a NUL
+// byte or invalid UTF-8); the copy stores them as the PostgreSQL backend stores new ones, as
+// U+FFFD, instead of failing the whole migration.
+func TestMigrateCleansTextPostgresRefuses(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	src, err := sqlite.Open(ctx, path, sqlite.Options{})
+	require.NoError(t, err)
+	bad := "a\x00b\xffc"
+	rec := &record.StepRecord{SessionID: "s1", Method: "steps/message", Kind: "message", Decision: "allow",
+		ReceivedAt: time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC), AgentID: "agent", AgentName: bad, Text: bad,
+		Client: &record.Peer{Name: bad, Version: "1"}}
+	require.NoError(t, src.SaveStep(ctx, rec))
+	_, err = src.CreateHold(ctx, &record.Hold{ID: "h1", SessionID: "s1", Method: "m", OnTimeout: "deny", Message: bad,
+		CreatedAt: rec.ReceivedAt}, &record.AuditEntry{Type: record.AuditHoldCreated, Note: bad})
+	require.NoError(t, err)
+	require.NoError(t, src.Close())
+
+	dsn := pgtest.Need(t, pgSrv)
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runMigrate([]string{"--from", path, "--to", dsn}, &stdout, &stderr), stderr.String())
+
+	dst, err := postgres.Open(ctx, dsn, postgres.Options{})
+	require.NoError(t, err)
+	defer dst.Close()
+	const clean = "a\uFFFDb\uFFFDc"
+	steps, err := dst.Steps(ctx, record.StepQuery{SessionID: "s1"})
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	require.Equal(t, clean, steps[0].Text)
+	require.Equal(t, clean, steps[0].AgentName)
+	require.Equal(t, clean, steps[0].Client.Name)
+	s, err := dst.Session(ctx, "s1")
+	require.NoError(t, err)
+	require.Equal(t, clean, s.AgentName)
+	require.Equal(t, clean, s.Client.Name)
+	h, err := dst.GetHold(ctx, "h1")
+	require.NoError(t, err)
+	require.Equal(t, clean, h.Message)
+	audit, err := dst.ListAudit(ctx, record.AuditQuery{})
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, clean, audit[0].Note)
+}

@@ -114,7 +114,11 @@ func (l *Loader) Steps(steps []record.StepRecord) error {
 	}
 	b := &pgx.Batch{}
 	for i := range steps {
-		rec := &steps[i]
+		// A SQLite file may hold bytes PostgreSQL text refuses (NUL, invalid UTF-8): they
+		// are stored as SaveStep stores them, as U+FFFD, on a copy.
+		cp := steps[i]
+		rec := &cp
+		cleanStep(rec)
 		rules, err := json.Marshal(rec.MatchedRules)
 		if err != nil {
 			return fmt.Errorf("encode matched rules of step %d: %w", rec.Seq, err)
@@ -156,7 +160,7 @@ func (l *Loader) Events(events []record.Event) error {
 			return fmt.Errorf("load event %d: step events come with their steps", ev.Seq)
 		}
 		b.Queue(`INSERT INTO events (seq, type, session_id, at, payload) VALUES ($1, $2, $3, $4, $5)`,
-			ev.Seq, ev.Type, ev.SessionID, ev.At.UnixNano(), nullText(ev.Payload))
+			ev.Seq, cleanText(ev.Type), cleanText(ev.SessionID), ev.At.UnixNano(), nullText(cleanJSON(ev.Payload)))
 		l.seq(ev.Seq)
 	}
 	if err := l.tx.SendBatch(l.ctx, b).Close(); err != nil {
@@ -171,11 +175,14 @@ func (l *Loader) Sessions(sessions []record.Session) error {
 	b := &pgx.Batch{}
 	for _, s := range sessions {
 		var client, server record.Peer
-		if s.Client != nil {
-			client = *s.Client
+		if p := cleanPeer(s.Client); p != nil {
+			client = *p
 		}
-		if s.Server != nil {
-			server = *s.Server
+		if p := cleanPeer(s.Server); p != nil {
+			server = *p
+		}
+		for _, f := range []*string{&s.ID, &s.AgentID, &s.KeyID, &s.AgentName, &s.UserID, &s.LastMethod, &s.Control} {
+			*f = cleanText(*f)
 		}
 		dec, err := json.Marshal(s.Decisions)
 		if err != nil {
@@ -203,6 +210,11 @@ func (l *Loader) Sessions(sessions []record.Session) error {
 func (l *Loader) Holds(holds []record.Hold) error {
 	b := &pgx.Batch{}
 	for _, h := range holds {
+		for _, f := range []*string{&h.ID, &h.SessionID, &h.AgentID, &h.Method, &h.Kind, &h.Tool,
+			&h.RuleID, &h.Message, &h.OnTimeout, &h.Status, &h.Decision, &h.DecidedBy, &h.Note} {
+			*f = cleanText(*f)
+		}
+		h.Request, h.Params = cleanJSON(h.Request), cleanJSON(h.Params)
 		b.Queue(`INSERT INTO holds (`+holdColumns+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
 			h.ID, h.Seq, h.SessionID, h.AgentID, h.Method, h.Kind, h.Tool, h.RuleID, h.Message,
@@ -220,6 +232,10 @@ func (l *Loader) Holds(holds []record.Hold) error {
 func (l *Loader) Audit(entries []record.AuditEntry) error {
 	b := &pgx.Batch{}
 	for _, e := range entries {
+		for _, f := range []*string{&e.Type, &e.Operator, &e.SessionID, &e.HoldID, &e.RuleID, &e.Decision, &e.Note} {
+			*f = cleanText(*f)
+		}
+		e.Diff, e.Detail = cleanJSON(e.Diff), cleanJSON(e.Detail)
 		b.Queue(`INSERT INTO audit (id, seq, at, type, operator, session_id, hold_id, rule_id,
 			decision, note, diff, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			e.ID, e.Seq, e.At.UnixNano(), e.Type, e.Operator, e.SessionID, e.HoldID, e.RuleID,
