@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -141,7 +142,9 @@ func mcpWrap(ctx context.Context, cfg mcpWrapConfig, stdin io.Reader, stdout, st
 		opts = append(opts, aos.WithAPIKey(cfg.APIKey))
 	}
 	base := strings.TrimRight(cfg.Guardian, "/")
-	client := aos.NewClient(base+"/aos", opts...)
+	// The steps are marked as the MCP gateway's, as `vigil serve --mcp` marks its own, so the
+	// console shows them as come through MCP from this server (guardian.GatewayHeader).
+	client := aos.NewClient(base+"/aos", append(slices.Clip(opts), aos.WithHeader(guardian.GatewayHeader, "mcp/"+cfg.Name))...)
 	scfg := mcp.SessionConfig{ID: "mcp-" + cfg.Name + "-" + randomID(), Upstream: cfg.Name,
 		Judge: mcp.Remote(client), OnError: cfg.OnGuardianError}
 	if !cfg.ShowDenied {

@@ -361,3 +361,51 @@ func TestSessionOwnershipTwoKeys(t *testing.T) {
 	require.Len(t, e.steps("mcp:"+keyA+"@127.0.0.1"), 1)
 	require.Len(t, e.steps("mcp:"+keyB+"@127.0.0.1"), 1)
 }
+
+// TestAOSGatewayHeader: X-Vigil-Gateway marks an MCP step as the MCP gateway's (vigil mcp
+// wrap), as the answer's data shows; a malformed marking, or one on a step that is not an
+// MCP message, is refused and nothing is stored. The marking leaves the session alone.
+func TestAOSGatewayHeader(t *testing.T) {
+	e := newEnv(t, "", guardian.Options{}, guardian.Config{})
+	tests := []struct {
+		name   string
+		body   string
+		value  string
+		status int
+		reason string // in the error's message; "" for an accepted step
+	}{
+		{"other protocol", mcpCall(`"gw-1"`), "aap/files", http.StatusBadRequest, "want mcp/NAME"},
+		{"no name", mcpCall(`"gw-1"`), "mcp/", http.StatusBadRequest, "1 to 64 characters"},
+		{"long name", mcpCall(`"gw-1"`), "mcp/" + strings.Repeat("n", 65), http.StatusBadRequest, "1 to 64 characters"},
+		{"bad character", mcpCall(`"gw-1"`), "mcp/a b", http.StatusBadRequest, "only letters"},
+		{"bare protocol", mcpCall(`"gw-1"`), "mcp", http.StatusBadRequest, "want mcp/NAME"},
+		{"not an MCP step", messageStep("gw-1", "agent-1"), "mcp/files", http.StatusOK, "only protocols/MCP steps"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, b := e.post(tt.body, guardian.GatewayHeader, tt.value)
+			require.Equal(t, tt.status, status, string(b))
+			r := decode(t, b)
+			require.NotNil(t, r.Error, string(b))
+			require.Equal(t, aos.CodeInvalidParams, r.Error.Code)
+			require.Contains(t, r.Error.Message, tt.reason)
+			require.Equal(t, guardian.GatewayHeader, r.Error.Data.(map[string]any)["header"])
+		})
+	}
+	require.Zero(t, e.sessionCount(), "nothing refused was stored")
+
+	status, b := e.post(mcpCall(`"gw-1"`), guardian.GatewayHeader, "mcp/files.v2_x-1")
+	require.Equal(t, http.StatusOK, status, string(b))
+	var r struct {
+		Result struct {
+			Data map[string]any `json:"data"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.Equal(t, map[string]any{"protocol": "mcp", "upstream": "files.v2_x-1"}, r.Result.Data)
+	require.Equal(t, int64(1), e.session("gw-1").Steps, "the step's own session")
+
+	// Without the header an MCP step is a plain AOS one.
+	_, b = e.post(mcpCall(`"gw-1"`))
+	require.NotContains(t, string(b), `"protocol"`)
+}

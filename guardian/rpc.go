@@ -67,6 +67,8 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 	// Assigned once: the batch's goroutines then capture a copy rather than move it to the heap.
 	meta := RequestMeta{SessionHeader: r.Header.Get("X-Vigil-Session"), RemoteAddr: clientAddr(r), ReceivedAt: received,
 		KeyID: keyID, KeyAgent: keyAgent}
+	// Checked by checkAOSHeaders: only a well-formed marking gets here.
+	meta.Protocol, meta.Upstream, _ = parseGatewayHeader(r.Header.Get(GatewayHeader))
 	if !batch {
 		resp := g.handleOne(r.Context(), msgs[0], meta)
 		if resp == nil {
@@ -128,7 +130,8 @@ func refuseHeader(status, code int, header, reason string) *headerError {
 // another origin (403), and a body that is not declared application/json (415). A page may
 // post text/plain to any address without asking (no CORS preflight), and in no-cors mode it
 // never sees the answer but the step would be stored; agents send no Origin and, as AOS
-// requires, application/json. It also checks the X-Vigil-Session header as an id (400).
+// requires, application/json. It also checks the X-Vigil-Session header as an id and the
+// GatewayHeader's form (400).
 func (g *Guardian) checkAOSHeaders(r *http.Request) *headerError {
 	if o := r.Header.Get("Origin"); o != "" && !g.sameOrigin(o, r.Host) {
 		return refuseHeader(http.StatusForbidden, aos.CodeInvalidRequest, "Origin",
@@ -143,7 +146,45 @@ func (g *Guardian) checkAOSHeaders(r *http.Request) *headerError {
 			return refuseHeader(http.StatusBadRequest, aos.CodeInvalidParams, "X-Vigil-Session", reason)
 		}
 	}
+	if _, _, reason := parseGatewayHeader(r.Header.Get(GatewayHeader)); reason != "" {
+		return refuseHeader(http.StatusBadRequest, aos.CodeInvalidParams, GatewayHeader, reason)
+	}
 	return nil
+}
+
+// GatewayHeader marks the steps an out-of-process gateway sends to /aos: "mcp/NAME" from
+// vigil mcp wrap, NAME being the wrapped server's name. The guardian records the step as
+// having come through that gateway, as it does for the gateways it runs itself (the
+// answer's data names the protocol and upstream, the console's "via mcp" chip). It is the
+// sender's claim and carries no authority: it changes neither the step's session, agent or
+// API key nor what the rules see or how the verdict is applied, and it is honoured only on
+// protocols/MCP steps, which are what the gateway sends.
+const GatewayHeader = "X-Vigil-Gateway"
+
+// maxUpstreamName bounds a gateway's upstream name, as gateway.ValidName does.
+const maxUpstreamName = 64
+
+// parseGatewayHeader reads a GatewayHeader value: "" is no marking; otherwise
+// "mcp/NAME" with NAME of letters, digits, '.', '_' or '-' (at most 64), the names
+// vigil mcp wrap --name accepts. reason says what is wrong with any other value.
+func parseGatewayHeader(h string) (protocol, upstream, reason string) {
+	if h == "" {
+		return "", "", ""
+	}
+	p, name, ok := strings.Cut(h, "/")
+	if !ok || p != ProtocolMCP {
+		return "", "", "want mcp/NAME"
+	}
+	if name == "" || len(name) > maxUpstreamName {
+		return "", "", fmt.Sprintf("the name must have 1 to %d characters", maxUpstreamName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "", "", "the name may hold only letters, digits, '.', '_' and '-'"
+		}
+	}
+	return p, name, ""
 }
 
 // sameOrigin reports whether an Origin header names the server itself (the host the request
@@ -221,6 +262,16 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 			return errorResponse(step.ID, rpcError(err))
 		}
 		return resp
+	}
+	if meta.Protocol != "" && step.MCP == nil {
+		// The gateway marking is for the MCP messages a gateway relays: any other step
+		// claiming it is refused rather than recorded as something it is not.
+		if step.IsNotification() {
+			return nil
+		}
+		return errorResponse(step.ID, &aos.Error{Code: aos.CodeInvalidParams,
+			Message: "invalid params: " + GatewayHeader + " header: only protocols/MCP steps come through the MCP gateway",
+			Data:    map[string]any{"header": GatewayHeader, "method": step.Method}})
 	}
 	_, rec, err := g.DecideStep(ctx, step, meta)
 	if err != nil {
