@@ -103,7 +103,8 @@ type SessionQuery struct {
 	// Before is an opaque cursor returned as Next by the previous page; empty for the first.
 	Before string
 	Limit  int
-	// Search matches session, agent or user ids by substring when set.
+	// Search matches session, agent or user ids, the agent name, or the client or server
+	// name (record.Peer) by case-insensitive substring when set.
 	Search string
 }
 

@@ -217,7 +217,8 @@ func scanSession(row pgx.Row) (record.Session, error) {
 
 // Sessions pages through sessions newest first by last activity, ties broken by id, with
 // keyset pagination on the cursor q.Before. Limit is clamped to 1..500 (default 50). Search
-// keeps sessions whose id, agent id, agent name or user id contains it, ignoring case.
+// keeps sessions whose id, agent id, agent name, user id, or client or server name contains
+// it, ignoring case.
 func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
 	limit := clamp(q.Limit, 50, 500)
 	var (
@@ -238,7 +239,8 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 	if q.Search != "" {
 		p := arg("%" + escapeLike(q.Search) + "%")
 		where = append(where, `(s.id ILIKE `+p+` OR s.agent_id ILIKE `+p+`
-			OR s.agent_name ILIKE `+p+` OR s.user_id ILIKE `+p+`)`)
+			OR s.agent_name ILIKE `+p+` OR s.user_id ILIKE `+p+`
+			OR s.client_name ILIKE `+p+` OR s.server_name ILIKE `+p+`)`)
 	}
 	query := `SELECT ` + sessionColumns + ` FROM sessions s`
 	if len(where) > 0 {

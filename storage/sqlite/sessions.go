@@ -20,8 +20,8 @@ const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen,
 
 // Sessions pages through sessions newest first by last activity, ties broken by id, using
 // keyset pagination: q.Before is the Next of the previous page. Limit is clamped to 1..500
-// and defaults to 50. Search, when set, keeps sessions whose id, agent id, agent name or
-// user id contains it (ASCII case-insensitive). A walk never shows a session twice: one
+// and defaults to 50. Search, when set, keeps sessions whose id, agent id, agent name, user
+// id, or client or server name contains it (ASCII case-insensitive). A walk never shows a session twice: one
 // that receives a step meanwhile moves to the front, where the next refresh of the first
 // page shows it.
 func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
@@ -41,8 +41,9 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 	if q.Search != "" {
 		pat := "%" + escapeLike(q.Search) + "%"
 		where = append(where, `(s.id LIKE ? ESCAPE '\' OR s.agent_id LIKE ? ESCAPE '\'
-			OR s.agent_name LIKE ? ESCAPE '\' OR s.user_id LIKE ? ESCAPE '\')`)
-		args = append(args, pat, pat, pat, pat)
+			OR s.agent_name LIKE ? ESCAPE '\' OR s.user_id LIKE ? ESCAPE '\'
+			OR s.client_name LIKE ? ESCAPE '\' OR s.server_name LIKE ? ESCAPE '\')`)
+		args = append(args, pat, pat, pat, pat, pat, pat)
 	}
 	query := `SELECT ` + sessionColumns + ` FROM sessions s`
 	if len(where) > 0 {

@@ -181,6 +181,41 @@ var peerCases = []testCase{
 		}
 		requireSessionPeers(t, db, "burst", client, server)
 	}},
+	{"SessionsSearchPeers", func(t *testing.T, db storage.Backend) {
+		// Search finds a session by its client or server name too, as by its ids: a
+		// case-insensitive substring, with LIKE's wildcards taken literally. Versions are
+		// not names and do not match.
+		plain := step("plain", "allow", 0)
+		plain.AgentID = "agent"
+		save(t, db, plain)
+		viaClient := step("s-client", "allow", time.Second)
+		viaClient.Client = &record.Peer{Name: "Inspector_v2", Version: "0.16.2"}
+		save(t, db, viaClient)
+		viaServer := step("s-server", "allow", 2*time.Second)
+		viaServer.Server = &record.Peer{Name: "mcp-servers/100%files", Version: "7.7"}
+		save(t, db, viaServer)
+		for _, tc := range []struct {
+			search string
+			want   []string
+		}{
+			{"inspector", []string{"s-client"}},
+			{"R_V2", []string{"s-client"}},
+			{"_", []string{"s-client"}},
+			{"100%", []string{"s-server"}},
+			{"%", []string{"s-server"}},
+			{"SERVERS/", []string{"s-server"}},
+			{"0.16", nil},
+			{"7.7", nil},
+		} {
+			page, err := db.Sessions(bg(), record.SessionQuery{Search: tc.search})
+			require.NoError(t, err)
+			var ids []string
+			for _, s := range page.Sessions {
+				ids = append(ids, s.ID)
+			}
+			require.Equal(t, tc.want, ids, tc.search)
+		}
+	}},
 }
 
 // requireSessionPeers checks a session's client and server through Session and Sessions.
