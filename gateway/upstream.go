@@ -35,7 +35,7 @@ func ParseUpstream(s string) (upstream, rawURL string, err error) {
 // and decompresses, so the gateway reads the events it judges as they are).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
-	"Host", "X-Vigil-Key", "X-Vigil-Session", "Accept-Encoding", "Content-Encoding"}
+	"Host", "X-Vigil-Key", "X-Vigil-Session", "X-Vigil-Gateway", "Accept-Encoding", "Content-Encoding"}
 
 // CopyHeaders copies src into dst, for a request going to an upstream or an answer coming
 // back, leaving out hop-by-hop headers (those listed and those its Connection header names)

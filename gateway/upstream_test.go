@@ -38,7 +38,7 @@ func TestCopyHeaders(t *testing.T) {
 	src.Set("Connection", "keep-alive, X-Hop")
 	src.Set("X-Hop", "dropped: named by Connection")
 	for _, h := range []string{"Keep-Alive", "Transfer-Encoding", "Content-Length", "Host", "X-Vigil-Key",
-		"X-Vigil-Session", "Accept-Encoding", "Content-Encoding"} {
+		"X-Vigil-Session", "X-Vigil-Gateway", "Accept-Encoding", "Content-Encoding"} {
 		src.Set(h, "dropped")
 	}
 	dst := http.Header{}
