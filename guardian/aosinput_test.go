@@ -389,7 +389,9 @@ func TestAOSGatewayHeader(t *testing.T) {
 			require.NotNil(t, r.Error, string(b))
 			require.Equal(t, aos.CodeInvalidParams, r.Error.Code)
 			require.Contains(t, r.Error.Message, tt.reason)
-			require.Equal(t, guardian.GatewayHeader, r.Error.Data.(map[string]any)["header"])
+			data := r.Error.Data.(map[string]any)
+			require.Equal(t, guardian.GatewayHeader, data["header"])
+			require.Contains(t, data["reason"], tt.reason)
 		})
 	}
 	require.Zero(t, e.sessionCount(), "nothing refused was stored")

@@ -269,9 +269,10 @@ func (g *Guardian) handleOne(ctx context.Context, msg json.RawMessage, meta Requ
 		if step.IsNotification() {
 			return nil
 		}
+		const reason = "only protocols/MCP steps come through the MCP gateway"
 		return errorResponse(step.ID, &aos.Error{Code: aos.CodeInvalidParams,
-			Message: "invalid params: " + GatewayHeader + " header: only protocols/MCP steps come through the MCP gateway",
-			Data:    map[string]any{"header": GatewayHeader, "method": step.Method}})
+			Message: "invalid params: " + GatewayHeader + " header: " + reason,
+			Data:    map[string]any{"header": GatewayHeader, "reason": reason, "method": step.Method}})
 	}
 	_, rec, err := g.DecideStep(ctx, step, meta)
 	if err != nil {
