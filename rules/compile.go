@@ -185,6 +185,8 @@ type compiledRule struct {
 	redact []redactor
 	hold   HoldSpec
 	stats  *ruleStats
+	// lits is a literal condition of one of the guards, for the index's screening.
+	lits *litGroup
 }
 
 type setExpr struct {
@@ -362,6 +364,9 @@ func compileRule(r Rule, hopts []expr.Option, cache *regexCache) (*compiledRule,
 	if cr.when != nil {
 		cr.guards, cr.whole = guardsOf(r.When, cache)
 		cr.reads = readsOf(r.When)
+		if g, ok := literalGroupOf(r.When, cache); ok {
+			cr.lits = &g
+		}
 	}
 
 	cr.msg, ds = compileTemplate(r.Message, hopts)

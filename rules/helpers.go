@@ -229,6 +229,8 @@ type evalState struct {
 	shard       int
 	evaluations uint64
 	mask        []uint64
+	// litOK is the literal screening's buffer; it outlives reset too.
+	litOK []uint64
 }
 
 type hasEntry struct {

@@ -13,6 +13,8 @@ type ruleIndex struct {
 	fields []fieldIndex
 	// expiring are the positions of rules with an expiry time, checked on each step.
 	expiring []int
+	// lits screens the candidates by the literals their guards need; nil when none does.
+	lits *litFilter
 }
 
 // fieldIndex files rules by the value their first guard wants of one field.
@@ -24,7 +26,7 @@ type fieldIndex struct {
 
 func newRuleIndex(active []*compiledRule) *ruleIndex {
 	words := (len(active) + 63) / 64
-	x := &ruleIndex{always: make([]uint64, words)}
+	x := &ruleIndex{always: make([]uint64, words), lits: newLitFilter(active)}
 	for i, r := range active {
 		if r.ExpiresAt != nil {
 			x.expiring = append(x.expiring, i)
@@ -78,6 +80,9 @@ func (x *ruleIndex) candidates(mask []uint64, e *Env, active []*compiledRule, al
 				}
 			}
 		}
+		if x.lits != nil {
+			x.lits.screen(e, mask, scratchOf(e, len(mask)))
+		}
 	}
 	for _, i := range x.expiring {
 		if r := active[i]; !e.Now.Before(*r.ExpiresAt) {
@@ -113,4 +118,16 @@ func (c *evalCounter) sum() int64 {
 		n += c.shards[i].n.Load()
 	}
 	return n
+}
+
+// scratchOf is a buffer of n words for the screening, the evaluation state's when there is
+// one.
+func scratchOf(e *Env, n int) []uint64 {
+	if st := e.state; st != nil {
+		if cap(st.litOK) < n {
+			st.litOK = make([]uint64, n)
+		}
+		return st.litOK[:n]
+	}
+	return make([]uint64, n)
 }

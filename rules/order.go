@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/expr-lang/expr/ast"
 )
@@ -406,7 +407,8 @@ func guardInt(n ast.Node, cache *regexCache) (intFn, int, bool) {
 	case *ast.BuiltinNode:
 		if x.Name == "len" && len(x.Arguments) == 1 {
 			if s, c, ok := guardStr(x.Arguments[0], cache); ok {
-				return func(e *Env) int { return len(s(e)) }, c, true
+				// expr's len counts a string's runes, not its bytes.
+				return func(e *Env) int { return utf8.RuneCountInString(s(e)) }, c, true
 			}
 			if l, c, ok := guardScan(x.Arguments[0], cache); ok {
 				return func(e *Env) int { return len(l(e)) }, c, true

@@ -174,3 +174,12 @@ func TestDeferredFields(t *testing.T) {
 	require.Equal(t, "par", v.RuleID)
 	require.Equal(t, map[string]int{"inputs": 1, "params": 1}, calls)
 }
+
+// A guard computing len of a string agrees with expr's len, which counts runes: "KÉK" is
+// three long, not four.
+func TestGuardLenCountsRunes(t *testing.T) {
+	p := mustCompile(t, Options{}, rule("r", `len(text) > 3 && kind == "k"`, ActionDeny))
+	require.NotEmpty(t, p.rules[0].guards)
+	require.Equal(t, ActionAllow, p.Evaluate(&Env{Kind: "k", Text: "KÉK"}).Action)
+	require.Equal(t, ActionDeny, p.Evaluate(&Env{Kind: "k", Text: "KÉKS"}).Action)
+}
