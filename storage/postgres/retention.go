@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // UsedBytes is the size of the backend's tables and indexes.
@@ -132,39 +134,7 @@ func (db *DB) pruneBatch(ctx context.Context, cutoff int64, limit int, res *reco
 // closes. It returns at once when r bounds nothing. With replicas, every replica may run
 // it: batches are transactions, and a batch another replica already deleted deletes nothing.
 func (db *DB) RunRetention(ctx context.Context, r record.Retention, log *slog.Logger) {
-	if !r.Enabled() {
-		return
-	}
-	r = r.WithDefaults()
-	if log == nil {
-		log = db.log
-	}
-	log = log.With("component", "retention")
-	log.Info("step retention on", "maxAge", r.MaxAge, "maxBytes", r.MaxBytes, "interval", r.Interval)
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
-		start := time.Now()
-		res, err := db.Prune(ctx, start, r)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrClosed) || (err != nil && db.isClosed()):
-			log.Warn("database closed; retention stopped")
-			return
-		case err != nil:
-			log.Warn("prune failed", "err", err, "steps", res.Steps)
-		case res.Steps > 0 || res.Sessions > 0:
-			log.Info("pruned old steps", "steps", res.Steps, "sessions", res.Sessions,
-				"batches", res.Batches, "usedBefore", res.UsedBefore, "usedAfter", res.UsedAfter,
-				"took", time.Since(start).Round(time.Millisecond))
-		default:
-			log.Debug("nothing to prune", "used", res.UsedAfter)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	storage.RetentionLoop(ctx, r, cmp.Or(log, db.log), func(err error) bool {
+		return errors.Is(err, ErrClosed) || db.isClosed()
+	}, db.Prune)
 }

@@ -11,6 +11,7 @@ import (
 	unorm "golang.org/x/text/unicode/norm"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Search is full-text search in a tsvector column written with each step (so the index
@@ -270,46 +271,11 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 			break
 		}
 		h.ReceivedAt = time.Unix(0, at).UTC()
-		h.Snippet = snippet(text, words)
+		h.Snippet = storage.Snippet(text, words)
 		page.Steps = append(page.Steps, h)
 	}
 	if err := rows.Err(); err != nil {
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	return page, nil
-}
-
-// snippet is the part of text around the first of words found in it (or its start), at
-// most SnippetBytes, whitespace collapsed, with … where it was cut.
-func snippet(text string, words []string) string {
-	at := -1
-	lower := strings.ToLower(text)
-	for _, w := range words {
-		w = strings.ToLower(strings.TrimSpace(w))
-		if w == "" {
-			continue
-		}
-		if i := strings.Index(lower, w); i >= 0 && (at < 0 || i < at) {
-			at = i
-		}
-	}
-	start := 0
-	if at > record.SnippetBytes/3 {
-		start = min(at-record.SnippetBytes/3, len(text))
-	}
-	end := min(len(text), start+record.SnippetBytes)
-	for start > 0 && start < len(text) && !utf8.RuneStart(text[start]) {
-		start--
-	}
-	for end < len(text) && !utf8.RuneStart(text[end]) {
-		end--
-	}
-	out := strings.Join(strings.Fields(text[start:end]), " ")
-	if start > 0 {
-		out = "…" + out
-	}
-	if end < len(text) {
-		out += "…"
-	}
-	return out
 }

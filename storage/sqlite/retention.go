@@ -1,7 +1,10 @@
 package sqlite
 
 import (
+	"cmp"
+
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -229,41 +232,9 @@ func (db *DB) incrementalVacuum(ctx context.Context, res *record.PruneResult) er
 // closed. Run it in its own goroutine and stop it (cancel ctx, wait for the return) before
 // closing the database.
 func (db *DB) RunRetention(ctx context.Context, r record.Retention, log *slog.Logger) {
-	if !r.Enabled() {
-		return
-	}
-	r = r.WithDefaults()
-	if log == nil {
-		log = db.log
-	}
-	log = log.With("component", "retention")
-	log.Info("step retention on", "maxAge", r.MaxAge, "maxBytes", r.MaxBytes, "interval", r.Interval)
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
-		start := time.Now()
-		res, err := db.Prune(ctx, start, r)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrClosed) || (err != nil && db.isClosed()):
-			log.Warn("database closed; retention stopped")
-			return
-		case err != nil:
-			log.Warn("prune failed", "err", err, "steps", res.Steps)
-		case res.Steps > 0 || res.Sessions > 0:
-			log.Info("pruned old steps", "steps", res.Steps, "sessions", res.Sessions,
-				"batches", res.Batches, "usedBefore", res.UsedBefore, "usedAfter", res.UsedAfter,
-				"vacuumedPages", res.VacuumedPages, "took", time.Since(start).Round(time.Millisecond))
-		default:
-			log.Debug("nothing to prune", "used", res.UsedAfter)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	storage.RetentionLoop(ctx, r, cmp.Or(log, db.log), func(err error) bool {
+		return errors.Is(err, ErrClosed) || db.isClosed()
+	}, db.Prune)
 }
 
 func (db *DB) isClosed() bool {

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"fmt"
@@ -92,7 +93,7 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 			break
 		}
 		h.ReceivedAt = time.Unix(0, at).UTC()
-		h.Snippet = snippet(text, terms)
+		h.Snippet = storage.Snippet(text, terms)
 		page.Steps = append(page.Steps, h)
 	}
 	if err := rows.Err(); err != nil {
@@ -215,40 +216,4 @@ func quote(s string) string {
 		return ""
 	}
 	return `"` + strings.Join(words, " ") + `"`
-}
-
-// snippet cuts text around the first occurrence of one of words (case-insensitive).
-func snippet(text string, words []string) string {
-	at := -1
-	lower := strings.ToLower(text)
-	for _, w := range words {
-		w = strings.ToLower(strings.TrimSpace(w))
-		if w == "" {
-			continue
-		}
-		if i := strings.Index(lower, w); i >= 0 && (at < 0 || i < at) {
-			at = i
-		}
-	}
-	start := 0
-	if at > record.SnippetBytes/3 {
-		// at indexes the lower-cased text, whose length may differ outside ASCII.
-		start = min(at-record.SnippetBytes/3, len(text))
-	}
-	end := min(len(text), start+record.SnippetBytes)
-	// Whole runes only: lower-casing keeps ASCII offsets; for the rest, cut at rune starts.
-	for start > 0 && start < len(text) && !utf8.RuneStart(text[start]) {
-		start--
-	}
-	for end < len(text) && !utf8.RuneStart(text[end]) {
-		end--
-	}
-	out := strings.Join(strings.Fields(text[start:end]), " ")
-	if start > 0 {
-		out = "…" + out
-	}
-	if end < len(text) {
-		out += "…"
-	}
-	return out
 }

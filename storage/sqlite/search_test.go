@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -127,14 +128,14 @@ func TestSearchFollowsRetention(t *testing.T) {
 
 func TestSnippet(t *testing.T) {
 	long := strings.Repeat("lorem ipsum ", 60) + "NEEDLE here " + strings.Repeat("dolor sit ", 60)
-	s := snippet(long, []string{"needle"})
+	s := storage.Snippet(long, []string{"needle"})
 	require.Contains(t, s, "NEEDLE here")
 	require.True(t, strings.HasPrefix(s, "…") && strings.HasSuffix(s, "…"))
 	require.LessOrEqual(t, len(s), record.SnippetBytes+2*len("…"))
-	require.Equal(t, "short text", snippet("short\n text", nil))
+	require.Equal(t, "short text", storage.Snippet("short\n text", nil))
 	// Lower-casing may change lengths outside ASCII: never a panic, always valid UTF-8.
 	odd := strings.Repeat("İ", 300) + "x"
-	require.NotPanics(t, func() { _ = snippet(odd, []string{"x"}) })
+	require.NotPanics(t, func() { _ = storage.Snippet(odd, []string{"x"}) })
 }
 
 func TestSearchIndexCatchesUp(t *testing.T) {

@@ -1,0 +1,91 @@
+package storage
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/vigil-guardian/vigil/record"
+)
+
+// What follows is the part of a backend's work that does not depend on its database: every
+// backend calls these instead of keeping a copy.
+
+// RetentionLoop applies r through prune now and then every r.Interval until ctx is done or
+// closed reports the database closed, logging what each pass pruned. It returns at once
+// when r bounds nothing. A backend's RunRetention is this loop around its own Prune.
+func RetentionLoop(ctx context.Context, r record.Retention, log *slog.Logger, closed func(error) bool,
+	prune func(ctx context.Context, now time.Time, r record.Retention) (record.PruneResult, error)) {
+	if !r.Enabled() {
+		return
+	}
+	r = r.WithDefaults()
+	log = log.With("component", "retention")
+	log.Info("step retention on", "maxAge", r.MaxAge, "maxBytes", r.MaxBytes, "interval", r.Interval)
+	t := time.NewTicker(r.Interval)
+	defer t.Stop()
+	for {
+		start := time.Now()
+		res, err := prune(ctx, start, r)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && closed(err):
+			log.Warn("database closed; retention stopped")
+			return
+		case err != nil:
+			log.Warn("prune failed", "err", err, "steps", res.Steps)
+		case res.Steps > 0 || res.Sessions > 0:
+			log.Info("pruned old steps", "steps", res.Steps, "sessions", res.Sessions,
+				"batches", res.Batches, "usedBefore", res.UsedBefore, "usedAfter", res.UsedAfter,
+				"vacuumedPages", res.VacuumedPages, "took", time.Since(start).Round(time.Millisecond))
+		default:
+			log.Debug("nothing to prune", "used", res.UsedAfter)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Snippet is the part of text around the first of words found in it (case-insensitive;
+// the start when none is), at most record.SnippetBytes, whitespace collapsed, with … where
+// it was cut: a search hit's snippet, the same whichever backend found it.
+func Snippet(text string, words []string) string {
+	at := -1
+	lower := strings.ToLower(text)
+	for _, w := range words {
+		w = strings.ToLower(strings.TrimSpace(w))
+		if w == "" {
+			continue
+		}
+		if i := strings.Index(lower, w); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	start := 0
+	if at > record.SnippetBytes/3 {
+		// at indexes the lower-cased text, whose length may differ outside ASCII.
+		start = min(at-record.SnippetBytes/3, len(text))
+	}
+	end := min(len(text), start+record.SnippetBytes)
+	// Whole runes only: lower-casing keeps ASCII offsets; for the rest, cut at rune starts.
+	for start > 0 && start < len(text) && !utf8.RuneStart(text[start]) {
+		start--
+	}
+	for end < len(text) && !utf8.RuneStart(text[end]) {
+		end--
+	}
+	out := strings.Join(strings.Fields(text[start:end]), " ")
+	if start > 0 {
+		out = "…" + out
+	}
+	if end < len(text) {
+		out += "…"
+	}
+	return out
+}
