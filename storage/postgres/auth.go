@@ -37,11 +37,8 @@ const apiKeyColumns = `id, name, agent_id, hash, prefix, created_at, created_by,
 
 // CreateAPIKey stores a new key (ErrExists when its id or hash is taken) and its audit entry.
 func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case k.ID == "":
-		return record.Event{}, errors.New("storage: api key has no id")
-	case len(k.Hash) == 0:
-		return record.Event{}, errors.New("storage: api key has no hash")
+	if err := k.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = time.Now()
@@ -223,11 +220,8 @@ func scanUser(row pgx.Row) (record.User, error) {
 
 // CreateUser stores a new account (ErrExists when the name is taken, ignoring case).
 func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case u.Name == "":
-		return record.Event{}, errors.New("storage: user has no name")
-	case len(u.PasswordHash) == 0:
-		return record.Event{}, errors.New("storage: user has no password hash")
+	if err := u.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if u.CreatedAt.IsZero() {
 		u.CreatedAt = time.Now()
@@ -383,13 +377,8 @@ func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEn
 
 // CreateAuthSession stores a console session; ErrNotFound when its user does not exist.
 func (db *DB) CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case len(s.TokenHash) == 0:
-		return record.Event{}, errors.New("storage: session has no token hash")
-	case s.CSRFToken == "":
-		return record.Event{}, errors.New("storage: session has no CSRF token")
-	case s.ExpiresAt.IsZero():
-		return record.Event{}, errors.New("storage: session has no expiry")
+	if err := s.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if s.CreatedAt.IsZero() {
 		s.CreatedAt = time.Now()

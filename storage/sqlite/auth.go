@@ -42,11 +42,8 @@ func authUniqueViolation(err error) bool {
 // zero CreatedAt becomes now; times are normalised to what a read returns. A taken id or
 // hash returns ErrExists.
 func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case k.ID == "":
-		return record.Event{}, errors.New("storage: api key has no id")
-	case len(k.Hash) == 0:
-		return record.Event{}, errors.New("storage: api key has no hash")
+	if err := k.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = time.Now()
@@ -267,11 +264,8 @@ func scanUser(s scanner) (record.User, error) {
 // zero CreatedAt becomes now. A name already taken (compared without case) returns
 // ErrExists.
 func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case u.Name == "":
-		return record.Event{}, errors.New("storage: user has no name")
-	case len(u.PasswordHash) == 0:
-		return record.Event{}, errors.New("storage: user has no password hash")
+	if err := u.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if u.CreatedAt.IsZero() {
 		u.CreatedAt = time.Now()
@@ -431,13 +425,8 @@ func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEn
 // CreateAuthSession stores a new console session and, when audit is not nil, its audit
 // entry in one transaction. The user must exist (ErrNotFound otherwise).
 func (db *DB) CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error) {
-	switch {
-	case len(s.TokenHash) == 0:
-		return record.Event{}, errors.New("storage: session has no token hash")
-	case s.CSRFToken == "":
-		return record.Event{}, errors.New("storage: session has no CSRF token")
-	case s.ExpiresAt.IsZero():
-		return record.Event{}, errors.New("storage: session has no expiry")
+	if err := s.CheckNew(); err != nil {
+		return record.Event{}, err
 	}
 	if s.CreatedAt.IsZero() {
 		s.CreatedAt = time.Now()

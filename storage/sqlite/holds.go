@@ -40,25 +40,12 @@ func holdText(raw json.RawMessage) any {
 	return string(raw)
 }
 
-func validHoldDecision(d string) bool { return d == "allow" || d == "deny" || d == "modify" }
-
 // CreateHold stores a new pending hold together with its hold.created event and, when
 // audit is not nil, its audit entry, in one transaction. It normalises h's times to what a
 // read returns and returns the events written, in seq order, for publishing.
 func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.AuditEntry) ([]record.Event, error) {
-	switch {
-	case h.ID == "":
-		return nil, errors.New("storage: hold has no id")
-	case h.SessionID == "":
-		return nil, errors.New("storage: hold has no session id")
-	case h.Method == "":
-		return nil, errors.New("storage: hold has no method")
-	case h.OnTimeout != "allow" && h.OnTimeout != "deny":
-		return nil, fmt.Errorf("storage: hold onTimeout %q: must be allow or deny", h.OnTimeout)
-	case h.Status != "" && h.Status != record.HoldPending:
-		return nil, fmt.Errorf("storage: new hold has status %q", h.Status)
-	case len(h.Request) > 0 && !json.Valid(h.Request):
-		return nil, errors.New("storage: hold request is not valid JSON")
+	if err := h.CheckNew(); err != nil {
+		return nil, err
 	}
 	h.Status = record.HoldPending
 	h.CreatedAt = holdTime(h.CreatedAt)
@@ -107,16 +94,8 @@ func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.Audi
 // returned with the hold as stored. An unknown id returns ErrNotFound. Fields of audit left
 // empty (session, hold, rule, decision, note) are filled from the hold.
 func (db *DB) ResolveHold(ctx context.Context, id string, res record.HoldResolution, audit *record.AuditEntry) (record.Hold, []record.Event, error) {
-	switch res.Status {
-	case record.HoldApproved, record.HoldDenied, record.HoldModified, record.HoldTimedOut, record.HoldAbandoned, record.HoldInterrupted:
-	default:
-		return record.Hold{}, nil, fmt.Errorf("storage: resolve hold %s: invalid status %q", id, res.Status)
-	}
-	if !validHoldDecision(res.Decision) {
-		return record.Hold{}, nil, fmt.Errorf("storage: resolve hold %s: invalid decision %q", id, res.Decision)
-	}
-	if len(res.Params) > 0 && !json.Valid(res.Params) {
-		return record.Hold{}, nil, fmt.Errorf("storage: resolve hold %s: params are not valid JSON", id)
+	if err := res.Check(id); err != nil {
+		return record.Hold{}, nil, err
 	}
 	if res.DecidedAt.IsZero() {
 		res.DecidedAt = time.Now()
