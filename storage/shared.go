@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -88,4 +89,56 @@ func Snippet(text string, words []string) string {
 		out += "…"
 	}
 	return out
+}
+
+// EventPager reads the event log a page at a time (Backend's EventsPage).
+type EventPager interface {
+	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)
+}
+
+// NewestSeq finds the newest seq in src with O(log n) single-event reads: gallop up until
+// nothing follows, then bisect. Seqs may have holes; "something follows x" stays monotonic.
+func NewestSeq(ctx context.Context, src EventPager) (int64, error) {
+	next := func(x int64) (int64, bool, error) {
+		// One event, its payload unread where it can be: only its seq matters.
+		evs, err := src.EventsPage(ctx, x, record.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
+		if err != nil || len(evs) == 0 {
+			return 0, false, err
+		}
+		return evs[0].Seq, true, nil
+	}
+	// Invariant: the newest seq is in [lo, hi]; lo exists (or is 0).
+	lo, hi := int64(0), int64(-1)
+	for x := int64(0); hi < 0; {
+		s, ok, err := next(x)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			hi = x
+			break
+		}
+		lo = s
+		if s == math.MaxInt64 {
+			return s, nil
+		}
+		if s >= math.MaxInt64/2 {
+			x = math.MaxInt64 - 1
+		} else {
+			x = 2 * s
+		}
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		s, ok, err := next(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = s
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }

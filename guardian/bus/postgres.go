@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Channel is the notification channel the PostgreSQL backend notifies after every
@@ -126,7 +126,7 @@ func (b *Postgres) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	head, err := logHead(ctx, b.opts.Source)
+	head, err := storage.NewestSeq(ctx, b.opts.Source)
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return fmt.Errorf("bus: read the newest seq: %w", err)
@@ -307,49 +307,4 @@ func (b *Postgres) deliver(ev record.Event) {
 	for _, s := range subs {
 		s.Publish(ev)
 	}
-}
-
-// logHead finds the newest seq in src with O(log n) one-event reads: gallop up until
-// nothing follows, then bisect. Seqs may have holes; "something follows x" stays monotonic.
-func logHead(ctx context.Context, src Source) (int64, error) {
-	next := func(x int64) (int64, bool, error) {
-		evs, err := src.EventsPage(ctx, x, record.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
-		if err != nil || len(evs) == 0 {
-			return 0, false, err
-		}
-		return evs[0].Seq, true, nil
-	}
-	lo, hi := int64(0), int64(-1)
-	for x := int64(0); hi < 0; {
-		s, ok, err := next(x)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			hi = x
-			break
-		}
-		lo = s
-		if s == math.MaxInt64 {
-			return s, nil
-		}
-		if s >= math.MaxInt64/2 {
-			x = math.MaxInt64 - 1
-		} else {
-			x = 2 * s
-		}
-	}
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		s, ok, err := next(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			lo = s
-		} else {
-			hi = mid
-		}
-	}
-	return lo, nil
 }

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Source is the event log the hub replays from: the store.
@@ -396,7 +396,7 @@ func (h *Hub) Run(ctx context.Context) {
 
 	// Start from the store's newest seq: anything at or below it was committed before the
 	// hub ran, so clients get it by replay, and anything above must arrive in order.
-	if head, err := storeHead(ctx, h.opts.Source); err != nil {
+	if head, err := storage.NewestSeq(ctx, h.opts.Source); err != nil {
 		if ctx.Err() != nil {
 			return
 		}
@@ -641,53 +641,6 @@ func mapKeys(m map[int64]frame) []int64 {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-// storeHead finds the newest seq in src with O(log n) single-event reads: gallop up until
-// nothing follows, then bisect. Seqs may have holes; "something follows x" stays monotonic.
-func storeHead(ctx context.Context, src Source) (int64, error) {
-	next := func(x int64) (int64, bool, error) {
-		// One event, its payload unread where it can be: only its seq matters.
-		evs, err := src.EventsPage(ctx, x, record.EventPage{Limit: 1, MaxBytes: 1, MaxStepBulk: 1})
-		if err != nil || len(evs) == 0 {
-			return 0, false, err
-		}
-		return evs[0].Seq, true, nil
-	}
-	// Invariant: the newest seq is in [lo, hi]; lo exists (or is 0).
-	lo, hi := int64(0), int64(-1)
-	for x := int64(0); hi < 0; {
-		s, ok, err := next(x)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			hi = x
-			break
-		}
-		lo = s
-		if s == math.MaxInt64 {
-			return s, nil
-		}
-		if s >= math.MaxInt64/2 {
-			x = math.MaxInt64 - 1
-		} else {
-			x = 2 * s
-		}
-	}
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		s, ok, err := next(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			lo = s
-		} else {
-			hi = mid
-		}
-	}
-	return lo, nil
 }
 
 type emptySource struct{}

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Concurrent committers publish out of seq order; every client still sees 1..n in order.
@@ -599,14 +600,14 @@ func TestStoreHead(t *testing.T) {
 			for _, s := range tt.seqs {
 				st.put(s, "step", "", `{}`)
 			}
-			head, err := storeHead(context.Background(), st)
+			head, err := storage.NewestSeq(context.Background(), st)
 			require.NoError(t, err)
 			want := int64(0)
 			if len(tt.seqs) > 0 {
 				want = tt.seqs[len(tt.seqs)-1]
 			}
 			require.Equal(t, want, head)
-			require.LessOrEqual(t, calls, 64, "storeHead should need O(log n) reads")
+			require.LessOrEqual(t, calls, 64, "NewestSeq should need O(log n) reads")
 		})
 	}
 }
