@@ -79,3 +79,36 @@ func (s *AuthSession) CheckNew() error {
 	}
 	return nil
 }
+
+// CheckNew reports what makes rec unfit to be stored as a step.
+func (rec *StepRecord) CheckNew() error {
+	switch {
+	case rec.SessionID == "":
+		return errors.New("storage: step has no session id")
+	case rec.Method == "":
+		return errors.New("storage: step has no method")
+	case rec.Decision == "":
+		return errors.New("storage: step has no decision")
+	case !validDecision(rec.Decision):
+		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
+	}
+	return nil
+}
+
+// validDecision reports whether d can be a decision: 1 to 64 letters, digits, '_', '.', ':'
+// or '-'. A decision is a key of the session's decision tally, addressed by a JSON path in
+// SQLite, so it must not need quoting there.
+func validDecision(d string) bool {
+	if len(d) == 0 || len(d) > 64 {
+		return false
+	}
+	for _, c := range []byte(d) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

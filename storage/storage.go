@@ -3,8 +3,8 @@
 // default, one process) and storage/postgres (shared by replicas) implement it, and both
 // pass the conformance suite in storage/storetest; shared.go holds what both do alike
 // and what readers of the event log share (the retention loop, search snippets, the newest
-// seq). Only package main picks a backend; the
-// guardian's packages name the parts they need as their own interfaces and import record.
+// seq). Only package main picks a backend; the guardian's packages name the parts they need
+// as their own interfaces and import record.
 package storage
 
 import (

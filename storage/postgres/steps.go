@@ -40,23 +40,6 @@ type stepReq struct {
 	done chan struct{}
 }
 
-// validDecision: 1 to 64 letters, digits, '_', '.', ':' or '-' (a key of the session's
-// decision tally), as the SQLite backend requires.
-func validDecision(d string) bool {
-	if len(d) == 0 || len(d) > 64 {
-		return false
-	}
-	for _, c := range []byte(d) {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
-			c == '_', c == '.', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // storedJSON returns nil for an empty value, raw when trusted or valid JSON, and otherwise
 // the JSON string of its bytes, so every read stays valid JSON.
 func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
@@ -130,15 +113,8 @@ func (a *stepArgs) setPeers(rec *record.StepRecord) error {
 // transaction. rec is normalised as the SQLite backend does (UTC nanosecond ReceivedAt, now
 // when zero; non-nil MatchedRules; invalid JSON stored as a JSON string).
 func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
-	switch {
-	case rec.SessionID == "":
-		return errors.New("storage: step has no session id")
-	case rec.Method == "":
-		return errors.New("storage: step has no method")
-	case rec.Decision == "":
-		return errors.New("storage: step has no decision")
-	case !validDecision(rec.Decision):
-		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
+	if err := rec.CheckNew(); err != nil {
+		return err
 	}
 	if rec.ReceivedAt.IsZero() {
 		rec.ReceivedAt = time.Now()

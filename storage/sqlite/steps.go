@@ -51,24 +51,6 @@ const sqlUpsertSession = `INSERT INTO sessions (id, agent_id, agent_name, user_i
 		steps       = steps + excluded.steps,
 		decisions   = json_set(decisions, ?11, coalesce(json_extract(decisions, ?11), 0) + excluded.steps)`
 
-// validDecision reports whether d can be a decision: 1 to 64 letters, digits, '_', '.', ':'
-// or '-'. A decision is a key of the session's decision tally, addressed by a JSON path,
-// so it must not need quoting there.
-func validDecision(d string) bool {
-	if len(d) == 0 || len(d) > 64 {
-		return false
-	}
-	for _, c := range []byte(d) {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
-			c == '_', c == '.', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // stepColumns is the column list every step query scans with scanStep.
 const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
@@ -101,15 +83,8 @@ type stepArgs struct {
 // Request or Response that is not valid JSON is stored as a JSON string holding its bytes,
 // so nothing is lost and every read stays valid JSON.
 func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
-	switch {
-	case rec.SessionID == "":
-		return errors.New("storage: step has no session id")
-	case rec.Method == "":
-		return errors.New("storage: step has no method")
-	case rec.Decision == "":
-		return errors.New("storage: step has no decision")
-	case !validDecision(rec.Decision):
-		return fmt.Errorf("storage: step decision %q: want letters, digits, '_', '.', ':' or '-'", rec.Decision)
+	if err := rec.CheckNew(); err != nil {
+		return err
 	}
 	if rec.ReceivedAt.IsZero() {
 		rec.ReceivedAt = time.Now()
