@@ -45,6 +45,20 @@ func (r HoldResolution) Check(id string) error {
 	return nil
 }
 
+// CheckNew reports what makes e unfit to be stored as an audit entry.
+func (e *AuditEntry) CheckNew() error {
+	if e.Type == "" {
+		return errors.New("storage: audit entry has no type")
+	}
+	if len(e.Diff) > 0 && !json.Valid(e.Diff) {
+		return fmt.Errorf("storage: audit %s: diff is not valid JSON", e.Type)
+	}
+	if len(e.Detail) > 0 && !json.Valid(e.Detail) {
+		return fmt.Errorf("storage: audit %s: detail is not valid JSON", e.Type)
+	}
+	return nil
+}
+
 // CheckNew reports what makes k unfit to be stored as a new API key.
 func (k *APIKey) CheckNew() error {
 	switch {

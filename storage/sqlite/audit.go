@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,14 +22,8 @@ func prepareAudit(e *record.AuditEntry, at time.Time) (*auditArgs, error) {
 	if e == nil {
 		return nil, nil
 	}
-	if e.Type == "" {
-		return nil, errors.New("storage: audit entry has no type")
-	}
-	if len(e.Diff) > 0 && !json.Valid(e.Diff) {
-		return nil, fmt.Errorf("storage: audit %s: diff is not valid JSON", e.Type)
-	}
-	if len(e.Detail) > 0 && !json.Valid(e.Detail) {
-		return nil, fmt.Errorf("storage: audit %s: detail is not valid JSON", e.Type)
+	if err := e.CheckNew(); err != nil {
+		return nil, err
 	}
 	a := &auditArgs{entry: *e}
 	if a.entry.At.IsZero() {
