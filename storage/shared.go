@@ -91,6 +91,11 @@ func Snippet(text string, words []string) string {
 	return out
 }
 
+// NotifyChannel is the PostgreSQL notification channel a backend shared by replicas notifies
+// after every transaction that appends events, with the highest seq it committed as the
+// payload; the replicas' bus listens on it.
+const NotifyChannel = "vigil_events"
+
 // EventPager reads the event log a page at a time (Backend's EventsPage).
 type EventPager interface {
 	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)

@@ -17,10 +17,6 @@ import (
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// Channel is the notification channel the PostgreSQL backend notifies after every
-// transaction that appends events, with the highest seq it committed as the payload.
-const Channel = "vigil_events"
-
 // Source is the event log: the storage backend.
 type Source interface {
 	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)
@@ -64,7 +60,7 @@ type Postgres struct {
 
 var _ Bus = (*Postgres)(nil)
 
-// NewPostgres returns a bus reading opts.Source, woken by notifications on Channel.
+// NewPostgres returns a bus reading opts.Source, woken by notifications on storage.NotifyChannel.
 func NewPostgres(opts PostgresOptions) *Postgres {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
@@ -117,7 +113,7 @@ func (b *Postgres) Stats() Stats {
 		Polls: b.polls.Load()}
 }
 
-// Start listens on Channel and sets the cursor to the newest committed seq: Run delivers
+// Start listens on storage.NotifyChannel and sets the cursor to the newest committed seq: Run delivers
 // every event committed after Start returned (and perhaps a few just before). Call it
 // before loading the state the events change (rules, session controls), so no change
 // falls between that load and the first event delivered.
@@ -161,7 +157,7 @@ func (b *Postgres) listen(ctx context.Context) (*pgx.Conn, error) {
 	// A dedicated connection: a LISTEN belongs to its session, which the pool must not
 	// hand to anyone else.
 	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+storage.NotifyChannel); err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("bus: listen: %w", err)
 	}

@@ -36,8 +36,8 @@ import (
 )
 
 // NotifyChannel is the channel every event-writing transaction notifies with the highest
-// seq it committed.
-const NotifyChannel = "vigil_events"
+// seq it committed: storage.NotifyChannel, which the replicas' bus listens on.
+const NotifyChannel = storage.NotifyChannel
 
 // ErrSchemaTooNew is returned by Open for a database migrated by a newer version of Vigil.
 var ErrSchemaTooNew = errors.New("database schema is newer than this version of Vigil supports")
