@@ -39,6 +39,20 @@ type MinuteStats struct {
 	Hold   int64     `json:"hold"`
 }
 
+// Add counts n steps with decision in the minute; other decisions are not charted.
+func (m *MinuteStats) Add(decision string, n int64) {
+	switch decision {
+	case "allow":
+		m.Allow += n
+	case "deny":
+		m.Deny += n
+	case "modify":
+		m.Modify += n
+	case "hold":
+		m.Hold += n
+	}
+}
+
 // RuleCount is how many recent steps a rule matched.
 type RuleCount struct {
 	RuleID  string `json:"ruleId"`

@@ -98,16 +98,7 @@ func perMinute(ctx context.Context, tx pgx.Tx, now time.Time) ([]record.MinuteSt
 		if m < 0 || m >= record.StatsMinutes {
 			continue
 		}
-		switch decision {
-		case "allow":
-			out[m].Allow += n
-		case "deny":
-			out[m].Deny += n
-		case "modify":
-			out[m].Modify += n
-		case "hold":
-			out[m].Hold += n
-		}
+		out[m].Add(decision, n)
 	}
 	return out, rows.Err()
 }

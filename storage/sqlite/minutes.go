@@ -49,16 +49,7 @@ func (c *minuteCounts) add(at time.Time, decision string) {
 		b = &record.MinuteStats{Minute: time.Unix(k*60, 0).UTC()}
 		c.buckets[k] = b
 	}
-	switch decision {
-	case "allow":
-		b.Allow++
-	case "deny":
-		b.Deny++
-	case "modify":
-		b.Modify++
-	case "hold":
-		b.Hold++
-	}
+	b.Add(decision, 1)
 	if k > c.newest {
 		c.newest = k
 		for old := range c.buckets {

@@ -117,16 +117,7 @@ func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]record.Mi
 		if m < 0 || m >= record.StatsMinutes {
 			continue
 		}
-		switch decision {
-		case "allow":
-			out[m].Allow += n
-		case "deny":
-			out[m].Deny += n
-		case "modify":
-			out[m].Modify += n
-		case "hold":
-			out[m].Hold += n
-		}
+		out[m].Add(decision, n)
 	}
 	return out, rows.Err()
 }
