@@ -135,6 +135,9 @@ type Event struct {
 const (
 	// EventStep is the type of the event stored with every step.
 	EventStep = "step"
+	// EventStepRejected takes the seq of a step the store refused after it was answered
+	// and published, so the seq is never given to anything else.
+	EventStepRejected = "step.rejected"
 	// EventAudit is the live event type that carries each new audit entry.
 	EventAudit = "audit"
 	// EventRuleChanged is the type of the event stored with every change of the rule set.

@@ -54,6 +54,7 @@ func (b *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
 type writeStmts struct {
 	savepoint, release, rollbackTo *sql.Stmt
 	insertEvent, insertStepEvent   *sql.Stmt
+	insertMarker                   *sql.Stmt
 	insertStep, upsertSession      *sql.Stmt
 }
 
@@ -67,6 +68,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.rollbackTo, "ROLLBACK TO op"},
 		{&s.insertEvent, sqlInsertEvent},
 		{&s.insertStepEvent, sqlInsertStepEvent},
+		{&s.insertMarker, sqlInsertMarker},
 		{&s.insertStep, sqlInsertStep},
 		{&s.upsertSession, sqlUpsertSession},
 	} {
@@ -82,7 +84,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.savepoint, s.release, s.rollbackTo, s.insertEvent,
-		s.insertStepEvent, s.insertStep, s.upsertSession} {
+		s.insertStepEvent, s.insertMarker, s.insertStep, s.upsertSession} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -90,6 +92,9 @@ func (s *writeStmts) close() {
 }
 
 const sqlInsertEvent = `INSERT INTO events (type, session_id, at, payload) VALUES (?, ?, ?, ?)`
+
+// A marker event takes a given seq (see salvage).
+const sqlInsertMarker = `INSERT INTO events (seq, type, session_id, at, payload) VALUES (?, ?, ?, ?, ?)`
 
 // A journaled step already has its seq.
 const sqlInsertStepEvent = `INSERT INTO events (seq, type, session_id, at, payload)
@@ -744,6 +749,16 @@ func (db *DB) salvage(steps []pendingStep) error {
 			return txErr
 		}
 		if opErr != nil {
+			// The step's seq was given out (to the agent, to the live stream). A new seq is
+			// max(seq)+1, so without a row of its own the next event would take it again:
+			// a marker keeps it, and tells readers of the event log why the step is missing.
+			marker, _ := json.Marshal(map[string]string{"error": opErr.Error()})
+			if _, err := b.stmt(b.stmts.insertMarker).Exec(p.seq, record.EventStepRejected,
+				p.args.sessionID, p.args.receivedAt, string(marker)); err != nil && !isConstraint(err) {
+				// (A constraint here means the seq is stored already: nothing can take it.)
+				_ = tx.Rollback()
+				return fmt.Errorf("storage: keep the seq of refused step %d: %w", p.seq, err)
+			}
 			rejected = append(rejected, rejectedStep{p, opErr})
 		}
 	}

@@ -236,9 +236,14 @@ func TestRefusedStepIsSetAside(t *testing.T) {
 	var seqs []int64
 	for _, ev := range events {
 		seqs = append(seqs, ev.Seq)
+		if ev.Seq == bad.Seq {
+			// The refused step's seq is kept by a marker, not by a step event.
+			require.Equal(t, record.EventStepRejected, ev.Type)
+			require.Equal(t, "bad", ev.SessionID)
+			require.Contains(t, string(ev.Payload), "bad step refused")
+		}
 	}
-	stored := slices.DeleteFunc(slices.Clone(all), func(q int64) bool { return q == bad.Seq })
-	require.Equal(t, stored, seqs, "no event left by the refused step")
+	require.Equal(t, all, seqs, "every seq given is in the log, once")
 	s, err := db.Session(ctx, "good")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), s.Steps)
@@ -256,6 +261,35 @@ func TestRefusedStepIsSetAside(t *testing.T) {
 	// The writer goes on: later steps are stored.
 	save(t, db, step("good", "allow", 2))
 	require.Equal(t, 3, countRows(t, db, "steps"))
+}
+
+// A new seq is max(seq)+1: when the refused step is the newest, the next event must not
+// take its seq again (its agent and the live stream already have it).
+func TestRefusedNewestStepKeepsItsSeq(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TRIGGER refuse_bad BEFORE INSERT ON steps
+			WHEN NEW.session_id = 'bad' BEGIN SELECT RAISE(ABORT, 'bad step refused'); END`)
+		return err
+	}))
+	good, bad := step("good", "allow", 0), step("bad", "allow", 0)
+	save(t, db, good)
+	save(t, db, bad)
+	ev := record.Event{Type: record.EventAudit, Payload: []byte(`{}`)}
+	require.NoError(t, db.AppendEvent(ctx, &ev))
+	require.Equal(t, []int64{1, 2, 3}, []int64{good.Seq, bad.Seq, ev.Seq})
+
+	// And after a restart, when the next seq is read back from the log.
+	require.NoError(t, db.Close())
+	db2, err := Open(ctx, path, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db2.Close() })
+	next := step("good", "allow", 1)
+	save(t, db2, next)
+	require.Equal(t, int64(4), next.Seq)
 }
 
 func TestCloseDrainsQueuedWrites(t *testing.T) {
