@@ -124,8 +124,9 @@ const maxCachedRegexps = 1024
 // regexCache holds the regular expressions (and translated globs) a Program's rules use at
 // run time. It belongs to one Program, so a reload starts clean.
 type regexCache struct {
-	m    sync.Map // string -> regexEntry
-	size atomic.Int64
+	m     sync.Map // regexp -> regexEntry
+	globs sync.Map // glob -> regexEntry
+	size  atomic.Int64
 }
 
 type regexEntry struct {
@@ -179,13 +180,18 @@ func (en regexEntry) match(e *Env, s string) bool {
 }
 
 func (c *regexCache) glob(pattern, s string) (bool, error) {
-	key := "\x00glob\x00" + pattern
-	if v, ok := c.m.Load(key); ok {
-		e := v.(regexEntry)
-		if e.err != nil {
-			return false, e.err
-		}
-		return e.re.MatchString(s), nil
+	e := c.globEntry(pattern)
+	if e.err != nil {
+		return false, e.err
+	}
+	return e.re.MatchString(s), nil
+}
+
+// globEntry compiles a glob once. Globs have a map of their own: keyed by the pattern as
+// it is, a lookup on every step builds no key.
+func (c *regexCache) globEntry(pattern string) regexEntry {
+	if v, ok := c.globs.Load(pattern); ok {
+		return v.(regexEntry)
 	}
 	src, err := globRegexp(pattern)
 	var re *regexp.Regexp
@@ -195,15 +201,13 @@ func (c *regexCache) glob(pattern, s string) (bool, error) {
 	if err != nil {
 		err = fmt.Errorf("invalid glob %q: %w", pattern, err)
 	}
+	e := regexEntry{re: re, err: err}
 	if c.size.Load() < maxCachedRegexps {
-		if _, loaded := c.m.LoadOrStore(key, regexEntry{re: re, err: err}); !loaded {
+		if _, loaded := c.globs.LoadOrStore(pattern, e); !loaded {
 			c.size.Add(1)
 		}
 	}
-	if err != nil {
-		return false, err
-	}
-	return re.MatchString(s), nil
+	return e
 }
 
 // isGlob reports whether a tool/kind argument is a pattern rather than a plain name.

@@ -699,10 +699,11 @@ func guardCall(x *ast.CallNode, cache *regexCache) (boolFn, int, bool) {
 			if !validGlob(pat) {
 				return nil, 0, false
 			}
-			return func(e *Env) bool {
-				v, _ := cache.glob(p.Value, s(e)) // a valid glob
-				return v
-			}, c + costRegexp, true
+			en := cache.globEntry(p.Value)
+			if en.err != nil {
+				return nil, 0, false
+			}
+			return func(e *Env) bool { return en.re.MatchString(s(e)) }, c + costRegexp, true
 		}
 		en := cache.entry(p.Value)
 		if en.err != nil {
