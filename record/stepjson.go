@@ -22,6 +22,14 @@ func (rec *StepRecord) AppendJSON(b []byte) []byte {
 // SaveStep has made sure they are JSON. Encoding by hand matters on the answer path:
 // encoding/json re-scans and compacts both raw messages, which cost more than the rest.
 func AppendStepFields(b []byte, rec *StepRecord) []byte {
+	b, _, _ = AppendStepFieldsAt(b, rec)
+	return b
+}
+
+// AppendStepFieldsAt is AppendStepFields that also says where in b rec.Request and
+// rec.Response were copied (at request and response, for their lengths), so that a caller
+// who keeps b can use those bytes instead of copying them again.
+func AppendStepFieldsAt(b []byte, rec *StepRecord) (out []byte, request, response int) {
 	b = append(b, `,"sessionId":`...)
 	b = AppendJSONString(b, rec.SessionID)
 	b = appendOptString(b, `,"turnId":`, rec.TurnID)
@@ -42,8 +50,10 @@ func AppendStepFields(b []byte, rec *StepRecord) []byte {
 	b = append(b, `,"receivedAt":"`...)
 	b = rec.ReceivedAt.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","request":`...)
+	request = len(b)
 	b = appendRaw(b, rec.Request)
 	b = append(b, `,"response":`...)
+	response = len(b)
 	b = appendRaw(b, rec.Response)
 	b = append(b, `,"matchedRules":`...)
 	if rec.MatchedRules == nil {
@@ -75,7 +85,7 @@ func AppendStepFields(b []byte, rec *StepRecord) []byte {
 	if rec.Truncated {
 		b = append(b, `,"truncated":true`...)
 	}
-	return append(b, '}')
+	return append(b, '}'), request, response
 }
 
 // TruncatedTextBytes is how much of a truncated step's text is kept: enough for a preview.

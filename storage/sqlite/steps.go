@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"unsafe"
+
 	"github.com/vigil-guardian/vigil/record"
 
 	"cmp"
@@ -96,13 +98,18 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
 	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
 	rec.Client, rec.Server = validPeer(rec.Client), validPeer(rec.Server)
-	a, err := newStepArgs(rec)
+	a, err := stepArgsOf(rec)
 	if err != nil {
 		return err
 	}
 	// The JSON is built here, in parallel with other callers; under the journal's lock
 	// only the seq is put in front.
-	fields := record.AppendStepFields(make([]byte, stepHeadroom, stepHeadroom+512+len(rec.Request)+len(rec.Response)), rec)
+	fields, reqAt, respAt := record.AppendStepFieldsAt(
+		make([]byte, stepHeadroom, stepHeadroom+512+len(rec.Request)+len(rec.Response)), rec)
+	// The request and response are bound from the journal record rather than from copies:
+	// nothing writes to those bytes once the record is built (the journal fills in only its
+	// headroom), and the record is kept until the step is in SQLite.
+	a.request, a.response = textAt(fields, reqAt, len(rec.Request)), textAt(fields, respAt, len(rec.Response))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -127,6 +134,16 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 
 // newStepArgs copies a normalised record into the form the writer inserts.
 func newStepArgs(rec *record.StepRecord) (*stepArgs, error) {
+	a, err := stepArgsOf(rec)
+	if err != nil {
+		return nil, err
+	}
+	a.request, a.response = nullableText(rec.Request), nullableText(rec.Response)
+	return a, nil
+}
+
+// stepArgsOf is newStepArgs without the request and response, which the caller sets.
+func stepArgsOf(rec *record.StepRecord) (*stepArgs, error) {
 	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
 		return nil, fmt.Errorf("storage: encode matched rules: %w", err)
@@ -135,8 +152,7 @@ func newStepArgs(rec *record.StepRecord) (*stepArgs, error) {
 		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
 		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
 		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
-		receivedAt: rec.ReceivedAt.UnixNano(), request: nullableText(rec.Request),
-		response: nullableText(rec.Response), matchedRules: string(rules),
+		receivedAt: rec.ReceivedAt.UnixNano(), matchedRules: string(rules),
 		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held, keyID: rec.KeyID,
 	}
 	if rec.Client != nil || rec.Server != nil {
@@ -272,6 +288,15 @@ func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
 	}
 	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
 	return s
+}
+
+// textAt is nullableText for the n bytes of b at i, without copying them: b must never
+// change afterwards.
+func textAt(b []byte, i, n int) any {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.String(&b[i], n)
 }
 
 // nullableText stores JSON as TEXT (so SQLite's JSON functions read it as text, not JSONB)
