@@ -252,9 +252,30 @@ type memoKey struct {
 	n  int
 }
 
+// memoEntry holds a result in the field of its type: stored in an interface, every slice
+// result would be one more allocation per helper and step.
 type memoEntry struct {
-	s string
-	v any
+	s     string
+	str   string
+	strs  []string
+	spans []span
+}
+
+// slotOf is the field of m that holds a T (a type memo is never used with panics at the
+// first test that calls the helper).
+func slotOf[T any](m *memoEntry) *T {
+	var p unsafe.Pointer
+	switch any((*T)(nil)).(type) {
+	case *string:
+		p = unsafe.Pointer(&m.str)
+	case *[]string:
+		p = unsafe.Pointer(&m.strs)
+	case *[]span:
+		p = unsafe.Pointer(&m.spans)
+	default:
+		panic("rules: memo of an unsupported result type")
+	}
+	return (*T)(p)
 }
 
 func (st *evalState) reset() {
@@ -283,11 +304,14 @@ func memo[T any](e *Env, name, s string, fn func(string) T) T {
 		return fn(s)
 	}
 	k := memoKey{name, unsafe.StringData(s), len(s)}
-	if m, ok := st.memo[k]; ok && m.s == s {
-		return m.v.(T)
+	m, ok := st.memo[k]
+	if ok && m.s == s {
+		return *slotOf[T](&m)
 	}
+	m = memoEntry{s: s}
 	v := fn(s)
-	st.memo[k] = memoEntry{s, v}
+	*slotOf[T](&m) = v
+	st.memo[k] = m
 	return v
 }
 
