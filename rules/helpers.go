@@ -261,9 +261,13 @@ type memoEntry struct {
 	spans []span
 }
 
-// slotOf is the field of m that holds a T (a type memo is never used with panics at the
-// first test that calls the helper).
-func slotOf[T any](m *memoEntry) *T {
+// memoResult lists the result types memoEntry has a field for.
+type memoResult interface {
+	string | []string | []span
+}
+
+// slotOf is the field of m that holds a T.
+func slotOf[T memoResult](m *memoEntry) *T {
 	var p unsafe.Pointer
 	switch any((*T)(nil)).(type) {
 	case *string:
@@ -273,7 +277,7 @@ func slotOf[T any](m *memoEntry) *T {
 	case *[]span:
 		p = unsafe.Pointer(&m.spans)
 	default:
-		panic("rules: memo of an unsupported result type")
+		panic("rules: memoResult and slotOf disagree") // unreachable: T is one of the three
 	}
 	return (*T)(p)
 }
@@ -298,7 +302,7 @@ func envOf(v any) *Env {
 }
 
 // memo returns fn(s) computed once per evaluation and helper.
-func memo[T any](e *Env, name, s string, fn func(string) T) T {
+func memo[T memoResult](e *Env, name, s string, fn func(string) T) T {
 	st := e.state
 	if st == nil {
 		return fn(s)

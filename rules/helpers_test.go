@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -140,15 +141,21 @@ func TestMemoComputesOncePerEvaluation(t *testing.T) {
 	st := &evalState{memo: map[memoKey]memoEntry{}}
 	e := &Env{state: st}
 	calls := 0
-	f := func(s string) int { calls++; return len(s) }
+	f := func(s string) string { calls++; return strings.ToUpper(s) }
 	s := "some text"
-	require.Equal(t, 9, memo(e, "f", s, f))
-	require.Equal(t, 9, memo(e, "f", s, f))
+	require.Equal(t, "SOME TEXT", memo(e, "f", s, f))
+	require.Equal(t, "SOME TEXT", memo(e, "f", s, f))
 	require.Equal(t, 1, calls)
 	// Same content at another address is computed again, but correctly.
 	other := string([]byte(s))
-	require.Equal(t, 9, memo(e, "f", other, f))
-	require.Equal(t, 9, memo(e, "g", s, f))
+	require.Equal(t, "SOME TEXT", memo(e, "f", other, f))
+	require.Equal(t, "SOME TEXT", memo(e, "g", s, f))
+	require.Equal(t, 3, calls)
+	// Each result type has its own field: results of two types for one text do not mix.
+	words := func(s string) []string { return strings.Fields(s) }
+	require.Equal(t, []string{"some", "text"}, memo(e, "words", s, words))
+	require.Equal(t, []string{"some", "text"}, memo(e, "words", s, words))
+	require.Equal(t, "SOME TEXT", memo(e, "f", s, f))
 	require.Equal(t, 3, calls)
 }
 
