@@ -85,6 +85,11 @@ const hstsMaxAge = "max-age=31536000"
 func SecurityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
+		if _, set := h["X-Content-Type-Options"]; set {
+			// An outer SecurityHeaders set them already (see above): once is enough.
+			next.ServeHTTP(w, r)
+			return
+		}
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		// The older header for browsers without frame-ancestors.
