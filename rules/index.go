@@ -2,7 +2,7 @@ package rules
 
 import "sync/atomic"
 
-// ruleIndex narrows a step's candidate rules by their first guard. A rule starting with
+// ruleIndex narrows a step's candidate rules by their guards. A rule with a guard
 // `tool == "send_email"` (or `kind in [...]`) can only match a step whose tool is one of its
 // values, so a step is only checked against the rules filed under its own field values and
 // the rules that have no such guard. Policies are mostly rules of this shape about other
@@ -31,11 +31,11 @@ func newRuleIndex(active []*compiledRule) *ruleIndex {
 		if r.ExpiresAt != nil {
 			x.expiring = append(x.expiring, i)
 		}
-		if len(r.guards) == 0 || r.guards[0].field == nil || r.guards[0].negate {
+		g, ok := indexGuard(r.guards)
+		if !ok {
 			x.always[i/64] |= 1 << (i % 64)
 			continue
 		}
-		g := r.guards[0]
 		f := x.field(g)
 		for _, v := range g.values {
 			b := f.buckets[v]
@@ -48,6 +48,38 @@ func newRuleIndex(active []*compiledRule) *ruleIndex {
 	}
 	return x
 }
+
+// indexGuard picks the guard a rule is filed under. Any equality guard will do, wherever
+// it stands: a rule matches only when every guard passes, and guards cannot fail (see
+// guardsOf), so a step whose field has none of the guard's values cannot match, and the
+// rule's other guards and condition would not have run for it either. The guard that
+// narrows most is preferred: one on a field of many values (tool, agent.id) over kind,
+// method and role, which few values cover; then fewer values over more.
+// (`kind == "toolCall" && tool == "search_web"` is filed under its tool.)
+func indexGuard(gs []guard) (guard, bool) {
+	var best guard
+	found := false
+	for _, g := range gs {
+		if g.field == nil || g.negate {
+			continue
+		}
+		if !found || narrower(g, best) {
+			best, found = g, true
+		}
+	}
+	return best, found
+}
+
+// narrower reports whether a is expected to leave fewer candidates than b.
+func narrower(a, b guard) bool {
+	if ca, cb := coarseField(a.name), coarseField(b.name); ca != cb {
+		return cb
+	}
+	return len(a.values) < len(b.values)
+}
+
+// coarseField tells the fields whose few values each cover many steps.
+func coarseField(name string) bool { return name == "kind" || name == "method" || name == "role" }
 
 func (x *ruleIndex) field(g guard) *fieldIndex {
 	for i := range x.fields {
