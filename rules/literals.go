@@ -100,6 +100,26 @@ func literalsOf(n ast.Node, cache *regexCache) (litGroup, bool) {
 				return g, false
 			}
 			return regexpLiterals(x.Arguments[0], pat.Value, cache)
+		case "glob":
+			// A glob is a regexp anchored at both ends: its required literals are needed
+			// in the text just the same.
+			pat, ok := x.Arguments[0].(*ast.StringNode)
+			if !ok || !validGlob(pat) {
+				return g, false
+			}
+			src, err := globRegexp(pat.Value)
+			if err != nil {
+				return g, false
+			}
+			pre := requiredLiterals(src)
+			if pre == nil {
+				return g, false
+			}
+			lits := make([]string, len(pre))
+			for i, l := range pre {
+				lits[i] = l.s
+			}
+			return fieldLiterals(x.Arguments[1], lits, false)
 		case "icontains":
 			lit, ok := x.Arguments[1].(*ast.StringNode)
 			if !ok {
@@ -146,7 +166,7 @@ func regexpLiterals(field ast.Node, pattern string, cache *regexCache) (litGroup
 // rune), but a non-ASCII one may not, so such tests give no group. An empty literal
 // occurs everywhere (or, in containsAny, is ignored): no group either.
 func fieldLiterals(field ast.Node, lits []string, folded bool) (litGroup, bool) {
-	name, get, ok := fieldOf(field)
+	name, get, ok := litFieldOf(field)
 	if !ok || len(lits) == 0 {
 		return litGroup{}, false
 	}
@@ -166,6 +186,27 @@ func fieldLiterals(field ast.Node, lits []string, folded bool) (litGroup, bool) 
 		g.lits = append(g.lits, asciiLower(l))
 	}
 	return g, true
+}
+
+// litFieldOf is fieldOf, and also inputs.NAME as the guards read it (guardText): the
+// input's text, "" when the step has no such input.
+func litFieldOf(n ast.Node) (string, func(*Env) string, bool) {
+	if name, get, ok := fieldOf(n); ok {
+		return name, get, true
+	}
+	m, ok := n.(*ast.MemberNode)
+	if !ok || m.Method || !isIdent(m.Node, "inputs") {
+		return "", nil, false
+	}
+	p, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return "", nil, false
+	}
+	input := p.Value
+	return "inputs." + input, func(e *Env) string {
+		e.fill(readsInputs)
+		return toText(e.Inputs[input])
+	}, true
 }
 
 // litSpecial reports whether s has a rune that strings.ToLower or the regexp's case

@@ -34,6 +34,33 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 		}
 		return []string{"", "(?i)"}[r.IntN(2)] + strings.Join(alts, "|")
 	}
+	// globPat returns a glob and remembers a path it matches, which steps then use.
+	var samples []string
+	globPat := func() string {
+		var pat, path strings.Builder
+		for range 1 + r.IntN(4) {
+			switch k := r.IntN(8); k {
+			case 0:
+				pat.WriteString("*")
+				path.WriteString(strings.ReplaceAll(word(2), "/", ""))
+			case 1:
+				pat.WriteString("**")
+				path.WriteString(word(2) + "/" + word(2))
+			case 2:
+				pat.WriteString("?")
+				path.WriteString("x")
+			case 3:
+				pat.WriteString("[ab]")
+				path.WriteString([]string{"a", "b"}[r.IntN(2)])
+			default:
+				l := []string{"/", lit(), lit(), "Ab/", "ik"}[k-3]
+				pat.WriteString(l)
+				path.WriteString(l)
+			}
+		}
+		samples = append(samples, path.String())
+		return pat.String()
+	}
 	field := func() string { return []string{"text", "text", "reasoning"}[r.IntN(3)] }
 	shapes := []func() string{
 		func() string { return fmt.Sprintf("%s matches %q", field(), re()) },
@@ -48,6 +75,10 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 		func() string { return fmt.Sprintf("len(text) > 3 && icontains(text, %q) && kind == \"k\"", lit()) },
 		func() string { return fmt.Sprintf("inputs.n > 1 && text contains %q", lit()) },
 		func() string { return fmt.Sprintf("!(text contains %q)", lit()) },
+		func() string { return fmt.Sprintf("glob(%q, inputs.p)", globPat()) },
+		func() string { return fmt.Sprintf("glob(%q, inputs.p) || glob(%q, inputs.p)", globPat(), globPat()) },
+		func() string { return fmt.Sprintf("kind == \"k\" && glob(%q, text)", globPat()) },
+		func() string { return fmt.Sprintf("glob(%q, inputs.n)", globPat()) },
 	}
 	screened := 0
 	for round := range 60 {
@@ -62,8 +93,19 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 		for range 60 {
 			env := &Env{Kind: []string{"k", "j"}[r.IntN(2)], Tool: []string{"a", "b"}[r.IntN(2)],
 				Text: word(12), Reasoning: word(6), Inputs: map[string]any{"n": []any{2, "s"}[r.IntN(2)]}}
+			switch r.IntN(3) {
+			case 0:
+				env.Inputs["p"] = word(4) + "/" + word(4)
+				if len(samples) > 0 && r.IntN(2) == 0 {
+					env.Inputs["p"] = samples[r.IntN(len(samples))]
+					env.Text = samples[r.IntN(len(samples))]
+				}
+			case 1:
+				env.Inputs["p"] = []any{nil, 12, true}[r.IntN(3)]
+			}
 			if r.IntN(4) == 0 {
 				env.Text = rs[r.IntN(len(rs))].When // the rules' own literals
+				env.Inputs["p"] = env.Text
 			}
 			if p.index.lits != nil {
 				mask := p.index.candidates(nil, env, p.active, false)
