@@ -1,10 +1,6 @@
 package sqlite
 
 import (
-	"unsafe"
-
-	"github.com/vigil-guardian/vigil/record"
-
 	"cmp"
 	"context"
 	"database/sql"
@@ -15,6 +11,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
+
+	"github.com/vigil-guardian/vigil/record"
 )
 
 const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
