@@ -1,6 +1,7 @@
 package guardian
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +21,11 @@ const PreviewPath = "/aos/preview"
 // the tool's definition, never a result, so it needs far less than a step's bound.
 const maxPreviewBytes = 1 << 20
 
-// handlePreview serves POST /aos/preview: one AOS JSON-RPC request (no batch, no
-// notification), answered with an AOS result whose decision may also be "hold" (a preview
-// never waits) and whose data carries "preview": true, the deciding "ruleId" and every
-// "matchedRules" entry (rule errors included), so a caller can tell a clean deny from a
-// rule that failed to evaluate. The step must be one its sender could send to /aos: the
+// handlePreview serves POST /aos/preview: one AOS JSON-RPC request (not a notification),
+// or a batch of them answered in order (at most Config.MaxBatch), each answered with an AOS
+// result whose decision may also be "hold" (a preview never waits) and whose data carries
+// "preview": true, the deciding "ruleId" and every "matchedRules" entry (rule errors
+// included), so a caller can tell a clean deny from a rule that failed to evaluate. The step must be one its sender could send to /aos: the
 // same header checks, agent scope and session ownership apply.
 func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -57,21 +58,40 @@ func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 		writeRPC(w, http.StatusOK, errorResponse(nil, perr))
 		return
 	}
-	if batch {
-		writeRPC(w, http.StatusOK, errorResponse(nil, &aos.Error{Code: aos.CodeInvalidRequest,
-			Message: "invalid request: a preview takes one request, not a batch", Data: map[string]any{"field": "batch"}}))
+	if !batch {
+		writeRPC(w, http.StatusOK, g.previewOne(r, msgs[0]))
 		return
 	}
-	step, perr := aos.ParseStep(msgs[0])
-	if perr != nil {
-		writeRPC(w, http.StatusOK, errorResponse(aos.IDOf(msgs[0]), perr))
+	if len(msgs) > g.cfg.MaxBatch {
+		writeRPC(w, http.StatusOK, errorResponse(nil, &aos.Error{Code: aos.CodeInvalidRequest,
+			Message: fmt.Sprintf("invalid request: a batch may hold at most %d requests, got %d", g.cfg.MaxBatch, len(msgs)),
+			Data:    map[string]any{"field": "batch", "limit": g.cfg.MaxBatch}}))
 		return
+	}
+	// A batch is one question per element, answered in order: a gateway asks about every
+	// tool of a tools/list answer at once, in one request against its rate limit.
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(g.previewOne(r, m))
+	}
+	buf.WriteByte(']')
+	writeRPC(w, http.StatusOK, buf.Bytes())
+}
+
+// previewOne answers one request of a preview: the JSON-RPC response, a result or an error.
+func (g *Guardian) previewOne(r *http.Request, msg json.RawMessage) json.RawMessage {
+	step, perr := aos.ParseStep(msg)
+	if perr != nil {
+		return errorResponse(aos.IDOf(msg), perr)
 	}
 	if step.IsNotification() || step.Kind == aos.KindPing {
-		writeRPC(w, http.StatusOK, errorResponse(step.ID, &aos.Error{Code: aos.CodeInvalidRequest,
+		return errorResponse(step.ID, &aos.Error{Code: aos.CodeInvalidRequest,
 			Message: "invalid request: a preview needs a step with an id (not a notification, not ping)",
-			Data:    map[string]any{"field": "id"}}))
-		return
+			Data:    map[string]any{"field": "id"}})
 	}
 	agentID := ""
 	if step.Context != nil {
@@ -79,8 +99,7 @@ func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 	}
 	if g.checkAgent != nil {
 		if err := g.checkAgent(r.Context(), agentID); err != nil {
-			writeRPC(w, http.StatusOK, errorResponse(step.ID, rpcError(err)))
-			return
+			return errorResponse(step.ID, rpcError(err))
 		}
 	}
 	var keyID, keyAgent string
@@ -96,8 +115,7 @@ func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 	refused := hist.mayJoin(agentID, keyID, keyAgent)
 	g.sessions.release(hist)
 	if refused != "" {
-		writeRPC(w, http.StatusOK, errorResponse(step.ID, ownerError(sessionID, from, refused)))
-		return
+		return errorResponse(step.ID, ownerError(sessionID, from, refused))
 	}
 	v := g.Preview(r.Context(), step, meta)
 	matches := v.Matches
@@ -115,8 +133,7 @@ func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 	b, err := json.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
 	if err != nil {
 		g.log.Error("aos preview: encode", "err", err)
-		writeRPC(w, http.StatusOK, errorResponse(step.ID, &aos.Error{Code: aos.CodeInternalError, Message: "internal error"}))
-		return
+		return errorResponse(step.ID, &aos.Error{Code: aos.CodeInternalError, Message: "internal error"})
 	}
-	writeRPC(w, http.StatusOK, b)
+	return b
 }

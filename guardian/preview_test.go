@@ -155,7 +155,9 @@ func TestPreviewRefusals(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"batch", "[" + previewCall("1", "echo", "s") + "]", nil, 200, aos.CodeInvalidRequest, "not a batch"},
+		{"empty batch", "[]", nil, 200, aos.CodeInvalidRequest, ""},
+		{"batch too long", "[" + strings.Repeat(previewCall("1", "echo", "s")+",", 1000) + previewCall("2", "echo", "s") + "]",
+			nil, 200, aos.CodeInvalidRequest, "at most 1000 requests"},
 		{"notification", strings.Replace(previewCall("1", "echo", "s"), `"id":1,`, ``, 1), nil, 200, aos.CodeInvalidRequest, "needs a step with an id"},
 		{"ping", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}`, nil, 200, aos.CodeInvalidRequest, "not ping"},
 		{"not json", `{`, nil, 200, aos.CodeParseError, ""},
@@ -188,4 +190,62 @@ func TestPreviewRefusals(t *testing.T) {
 	var er rpcResp
 	require.NoError(t, json.Unmarshal(b, &er))
 	require.Equal(t, aos.CodeInvalidRequest, er.Error.Code)
+}
+
+// A batch asks about several steps in one request (a gateway's whole tools/list): each
+// element is answered in order, as alone, errors included, and nothing is recorded.
+func TestPreviewBatch(t *testing.T) {
+	srv, db, _ := previewEnv(t)
+	url := srv.URL + guardian.PreviewPath
+	code, r := postTo(t, srv.URL+"/aos", previewCall("1", "echo", "mcp-owned"), "X-Test-Key", "k1")
+	require.Equal(t, http.StatusOK, code)
+	require.Nil(t, r.Error)
+
+	body := "[" + strings.Join([]string{
+		previewCall("1", "echo", "s"),
+		previewCall("2", "get-env", "s"),
+		strings.Replace(previewCall("3", "echo", "s"), `"id":3,`, ``, 1),
+		previewCall("4", "get-sum", "s"),
+		previewCall("5", "get-env", "mcp-owned"),
+		`{"jsonrpc":"2.0","id":6,"method":"steps/nope","params":{}}`,
+	}, ",") + "]"
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out []rpcResp
+	require.NoError(t, json.Unmarshal(b, &out), string(b))
+	require.Len(t, out, 6)
+
+	type want struct {
+		id       string
+		decision aos.Decision
+		code     int
+	}
+	for i, w := range []want{
+		{"1", aos.Allow, 0},
+		{"2", aos.Deny, 0},
+		{"null", "", aos.CodeInvalidRequest}, // a notification: a preview needs an id
+		{"4", aos.Decision("hold"), 0}, // a preview says it would hold
+		{"5", "", aos.CodeInvalidParams}, // another key's session
+		{"6", "", aos.CodeMethodNotFound},
+	} {
+		require.Equal(t, w.id, string(out[i].ID), "element %d", i)
+		if w.code != 0 {
+			require.NotNil(t, out[i].Error, "element %d", i)
+			require.Equal(t, w.code, out[i].Error.Code, "element %d: %s", i, out[i].Error.Message)
+			continue
+		}
+		require.Nil(t, out[i].Error, "element %d", i)
+		require.Equal(t, w.decision, out[i].Result.Decision, "element %d", i)
+		require.Equal(t, true, out[i].Result.Data["preview"], "element %d", i)
+	}
+	page, err := db.Sessions(context.Background(), record.SessionQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Sessions, 1, "only the real step's session; previews store nothing")
 }
