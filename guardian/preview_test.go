@@ -231,8 +231,8 @@ func TestPreviewBatch(t *testing.T) {
 		{"1", aos.Allow, 0},
 		{"2", aos.Deny, 0},
 		{"null", "", aos.CodeInvalidRequest}, // a notification: a preview needs an id
-		{"4", aos.Decision("hold"), 0}, // a preview says it would hold
-		{"5", "", aos.CodeInvalidParams}, // another key's session
+		{"4", aos.Decision("hold"), 0},       // a preview says it would hold
+		{"5", "", aos.CodeInvalidParams},     // another key's session
 		{"6", "", aos.CodeMethodNotFound},
 	} {
 		require.Equal(t, w.id, string(out[i].ID), "element %d", i)
