@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -52,58 +53,89 @@ type Previewer interface {
 	Preview(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) guardian.Verdict
 }
 
-// HidesInProcess reports whether an enforced rule denies a step outright (no rule failed to
-// evaluate: a rule that errs on a call without arguments says nothing about the tool).
-func HidesInProcess(p Previewer, meta func() guardian.RequestMeta) func(ctx context.Context, params []byte) bool {
-	return func(ctx context.Context, params []byte) bool {
-		req := make([]byte, 0, len(params)+64)
-		req = append(req, `{"jsonrpc":"2.0","id":0,"method":"protocols/MCP","params":`...)
-		req = append(req, params...)
-		req = append(req, '}')
-		step, perr := aos.ParseStep(req)
-		if perr != nil {
-			return false
-		}
-		v := p.Preview(ctx, step, meta())
-		if v.Decision != string(aos.Deny) {
-			return false
-		}
-		for _, m := range v.Matches {
-			if m.Error != "" {
-				return false
+// HidesFunc reports, for each of params (a tools/call step's AOS params with empty
+// arguments), whether an enforced rule denies the call whatever its arguments; such tools
+// are left out of tools/list answers. It asks about a whole tools/list at once.
+type HidesFunc func(ctx context.Context, params [][]byte) []bool
+
+// HidesInProcess hides a tool when an enforced rule denies the step outright (no rule
+// failed to evaluate: a rule that errs on a call without arguments says nothing about the
+// tool).
+func HidesInProcess(p Previewer, meta func() guardian.RequestMeta) HidesFunc {
+	return func(ctx context.Context, params [][]byte) []bool {
+		out := make([]bool, len(params))
+		for i, ps := range params {
+			if ctx.Err() != nil {
+				break // the rest stay listed
 			}
+			req := make([]byte, 0, len(ps)+64)
+			req = append(req, `{"jsonrpc":"2.0","id":0,"method":"protocols/MCP","params":`...)
+			req = append(req, ps...)
+			req = append(req, '}')
+			step, perr := aos.ParseStep(req)
+			if perr != nil {
+				continue
+			}
+			v := p.Preview(ctx, step, meta())
+			out[i] = v.Decision == string(aos.Deny) && !slices.ContainsFunc(v.Matches,
+				func(m record.RuleMatch) bool { return m.Error != "" })
 		}
-		return true
+		return out
 	}
 }
 
 // previewTimeout bounds one question to the guardian's dry run: a tools/list answer waits
-// for the answers, and a guardian that does not answer leaves the tool listed.
+// for the answers, and a guardian that does not answer leaves the tools listed.
 const previewTimeout = 2 * time.Second
+
+// previewBatch is the most tools asked about in one request to the dry run; a longer
+// tools/list takes several (each within the guardian's batch and body limits).
+const previewBatch = 100
 
 // HidesRemote is HidesInProcess for a gateway out of process (vigil mcp wrap): c is a client
 // of the guardian's dry run (guardian.PreviewPath), which decides without storing or
-// holding. Any failure to ask keeps the tool listed: its calls are still judged.
-func HidesRemote(c *aos.Client) func(ctx context.Context, params []byte) bool {
-	return func(ctx context.Context, params []byte) bool {
-		ctx, cancel := context.WithTimeout(ctx, previewTimeout)
-		defer cancel()
-		res, err := c.Call(ctx, aos.MethodMCP, rawParams(params))
-		if err != nil || res.Decision != aos.Deny {
-			return false
-		}
-		if p, _ := res.Data["preview"].(bool); !p {
-			// Not a dry run's answer (an older guardian would have recorded a step).
-			return false
-		}
-		ms, _ := res.Data["matchedRules"].([]any)
-		for _, m := range ms {
-			if mm, ok := m.(map[string]any); !ok || mm["error"] != nil {
-				return false
+// holding. A whole tools/list is one batch request (per previewBatch tools), so that asking
+// counts once against the agent's rate limit. Any failure to ask keeps the tools listed:
+// their calls are still judged.
+func HidesRemote(c *aos.Client) HidesFunc {
+	return func(ctx context.Context, params [][]byte) []bool {
+		out := make([]bool, len(params))
+		for start := 0; start < len(params); start += previewBatch {
+			end := min(start+previewBatch, len(params))
+			batch := make([]any, 0, end-start)
+			for _, ps := range params[start:end] {
+				batch = append(batch, rawParams(ps))
+			}
+			qctx, cancel := context.WithTimeout(ctx, previewTimeout)
+			answers, err := c.CallBatch(qctx, aos.MethodMCP, batch)
+			cancel()
+			if err != nil {
+				break
+			}
+			for i, a := range answers {
+				out[start+i] = a.Err == nil && deniedOutright(a.Result)
 			}
 		}
-		return true
+		return out
 	}
+}
+
+// deniedOutright tells a dry run's clean deny: not a real step's answer (an older
+// guardian would have recorded one), and no rule failed to evaluate.
+func deniedOutright(res *aos.Result) bool {
+	if res.Decision != aos.Deny {
+		return false
+	}
+	if p, _ := res.Data["preview"].(bool); !p {
+		return false
+	}
+	ms, _ := res.Data["matchedRules"].([]any)
+	for _, m := range ms {
+		if mm, ok := m.(map[string]any); !ok || mm["error"] != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Remote judges over HTTP with the guardian's /aos endpoint (vigil mcp wrap).

@@ -52,10 +52,9 @@ type SessionConfig struct {
 	ProgressEvery time.Duration
 	// MaxPending bounds the requests in flight each way (default 1024).
 	MaxPending int
-	// Hides, when not nil, reports whether a rule would deny a call of a tool whatever its
-	// arguments (params are a tools/call step's AOS params with empty arguments); such
-	// tools are left out of tools/list answers, so the model never tries them.
-	Hides func(ctx context.Context, params []byte) bool
+	// Hides, when not nil, reports which tools a rule would deny whatever their arguments;
+	// they are left out of tools/list answers, so the model never tries them.
+	Hides HidesFunc
 }
 
 type pendingReq struct {
@@ -379,19 +378,35 @@ func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
 	if json.Unmarshal(r["tools"], &tools) != nil {
 		return nil, false
 	}
-	kept := make([]json.RawMessage, 0, len(tools))
-	for _, t := range tools {
+	// One question for the whole list: asked[i] is the tool params[i] is about.
+	var params [][]byte
+	var asked []int
+	for i, t := range tools {
 		var n struct {
 			Name string `json:"name"`
 		}
 		if json.Unmarshal(t, &n) == nil && n.Name != "" {
 			call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 0, "method": "tools/call",
 				"params": map[string]any{"name": n.Name, "arguments": map[string]any{}}})
-			if params, err := s.stepParams(call, n.Name, false); err == nil && ctx.Err() == nil && s.cfg.Hides(ctx, params) {
-				continue
+			if p, err := s.stepParams(call, n.Name, false); err == nil {
+				params = append(params, p)
+				asked = append(asked, i)
 			}
 		}
-		kept = append(kept, t)
+	}
+	hidden := make([]bool, len(tools))
+	if len(params) > 0 {
+		for k, h := range s.cfg.Hides(ctx, params) {
+			if k < len(asked) {
+				hidden[asked[k]] = h
+			}
+		}
+	}
+	kept := make([]json.RawMessage, 0, len(tools))
+	for i, t := range tools {
+		if !hidden[i] {
+			kept = append(kept, t)
+		}
 	}
 	if len(kept) == len(tools) {
 		return nil, false

@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,7 +340,7 @@ func TestStdioHidesDeniedTools(t *testing.T) {
 	dead.Close()
 	cases := []struct {
 		name   string
-		hides  func(context.Context, []byte) bool
+		hides  HidesFunc
 		listed bool
 	}{
 		{"hidden", HidesRemote(aos.NewClient(s.url + guardian.PreviewPath)), false},
@@ -375,4 +379,33 @@ func TestStdioHidesDeniedTools(t *testing.T) {
 			require.EqualValues(t, 1, ss.Steps, ss.ID)
 		}
 	}
+}
+
+// A tools/list answer is judged with one request to the dry run, whatever the number of
+// tools: it counts once against the agent's rate limit.
+func TestStdioHidesAskOncePerList(t *testing.T) {
+	bin := nodeBin(t, "mcp-server-everything")
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	target, err := url.Parse(s.url)
+	require.NoError(t, err)
+	var previews atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == guardian.PreviewPath {
+			previews.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(counting.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, _ := wrapWith(t, SessionConfig{ID: "mcp-hide-once", Upstream: "everything",
+		Judge: Remote(aos.NewClient(counting.URL + "/aos")), Hides: HidesRemote(aos.NewClient(counting.URL + guardian.PreviewPath))}, bin, "stdio")
+	tools, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Greater(t, len(tools.Tools), 5, "the server lists many tools")
+	for _, tl := range tools.Tools {
+		require.NotEqual(t, "get-env", tl.Name, "get-env is denied outright")
+	}
+	require.EqualValues(t, 1, previews.Load())
 }

@@ -166,9 +166,48 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	if err != nil {
 		return fmt.Errorf("aos: encode %s request: %w", method, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	data, status, err := c.post(ctx, body)
 	if err != nil {
 		return fmt.Errorf("aos: %s: %w", method, err)
+	}
+	var rr rpcAnswer
+	if err := json.Unmarshal(data, &rr); err != nil {
+		return fmt.Errorf("aos: %s: HTTP %d: %w", method, status, errNotJSONRPC(data))
+	}
+	if rr.Error != nil {
+		return rr.Error
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("aos: %s: HTTP %d", method, status)
+	}
+	if !bytes.Equal(rr.ID, id) {
+		return fmt.Errorf("aos: %s: response id %s does not match request id %s", method, rr.ID, id)
+	}
+	return rr.decode(method, out)
+}
+
+// rpcAnswer is one JSON-RPC response as read.
+type rpcAnswer struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *Error          `json:"error"`
+}
+
+func (rr *rpcAnswer) decode(method string, out any) error {
+	if len(rr.Result) == 0 || string(rr.Result) == "null" {
+		return fmt.Errorf("aos: %s: response has neither result nor error", method)
+	}
+	if err := json.Unmarshal(rr.Result, out); err != nil {
+		return fmt.Errorf("aos: %s: decode result: %w", method, err)
+	}
+	return nil
+}
+
+// post sends body and returns the answer's body (at most maxResponseBytes) and status.
+func (c *Client) post(ctx context.Context, body []byte) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
 	}
 	for k, vs := range c.header {
 		req.Header[k] = append([]string(nil), vs...)
@@ -177,37 +216,79 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("aos: %s: %w", method, err)
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return fmt.Errorf("aos: %s: read response: %w", method, err)
+		return nil, resp.StatusCode, fmt.Errorf("read response: %w", err)
 	}
-	var rr struct {
-		ID     json.RawMessage `json:"id"`
-		Result json.RawMessage `json:"result"`
-		Error  *Error          `json:"error"`
+	return data, resp.StatusCode, nil
+}
+
+// BatchAnswer is the answer to one request of a batch: its Result, or Err (a JSON-RPC
+// error answer as *Error).
+type BatchAnswer struct {
+	Result *Result
+	Err    error
+}
+
+// CallBatch sends one JSON-RPC batch, a request of method per element of params, and
+// returns an answer per element, in the order of params. err reports a batch that failed
+// as a whole (transport, an error answer for the whole batch).
+func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]BatchAnswer, error) {
+	if len(params) == 0 {
+		return nil, nil
 	}
-	if err := json.Unmarshal(data, &rr); err != nil {
-		return fmt.Errorf("aos: %s: HTTP %d: %w", method, resp.StatusCode, errNotJSONRPC(data))
+	reqs := make([]Request, len(params))
+	at := make(map[string]int, len(params))
+	for i, p := range params {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("aos: encode %s params: %w", method, err)
+		}
+		id := strconv.FormatInt(c.nextID.Add(1), 10)
+		reqs[i] = Request{JSONRPC: "2.0", ID: json.RawMessage(id), Method: method, Params: raw}
+		at[id] = i
 	}
-	if rr.Error != nil {
-		return rr.Error
+	body, err := json.Marshal(reqs)
+	if err != nil {
+		return nil, fmt.Errorf("aos: encode %s batch: %w", method, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("aos: %s: HTTP %d", method, resp.StatusCode)
+	data, status, err := c.post(ctx, body)
+	if err != nil {
+		return nil, fmt.Errorf("aos: %s batch: %w", method, err)
 	}
-	if !bytes.Equal(rr.ID, id) {
-		return fmt.Errorf("aos: %s: response id %s does not match request id %s", method, rr.ID, id)
+	var answers []rpcAnswer
+	if err := json.Unmarshal(data, &answers); err != nil {
+		var whole rpcAnswer
+		if json.Unmarshal(data, &whole) == nil && whole.Error != nil {
+			return nil, whole.Error
+		}
+		return nil, fmt.Errorf("aos: %s batch: HTTP %d: %w", method, status, errNotJSONRPC(data))
 	}
-	if len(rr.Result) == 0 || string(rr.Result) == "null" {
-		return fmt.Errorf("aos: %s: response has neither result nor error", method)
+	out := make([]BatchAnswer, len(params))
+	for i := range out {
+		out[i].Err = fmt.Errorf("aos: %s: no answer in the batch", method)
 	}
-	if err := json.Unmarshal(rr.Result, out); err != nil {
-		return fmt.Errorf("aos: %s: decode result: %w", method, err)
+	for _, a := range answers {
+		i, ok := at[string(a.ID)]
+		if !ok {
+			continue
+		}
+		switch {
+		case a.Error != nil:
+			out[i] = BatchAnswer{Err: a.Error}
+		default:
+			var res Result
+			if err := a.decode(method, &res); err != nil {
+				out[i] = BatchAnswer{Err: err}
+			} else {
+				out[i] = BatchAnswer{Result: &res}
+			}
+		}
 	}
-	return nil
+	return out, nil
 }
 
 func errNotJSONRPC(body []byte) error {

@@ -248,3 +248,58 @@ func TestClientConcurrentIDs(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// CallBatch matches answers to requests by id, whatever their order, and tells each
+// element's error, a missing answer and a batch refused as a whole apart.
+func TestClientCallBatch(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer func(ids []string) string
+		check  func(t *testing.T, out []BatchAnswer, err error)
+	}{
+		{"reordered, one error, one missing", func(ids []string) string {
+			return `[{"jsonrpc":"2.0","id":` + ids[2] + `,"error":{"code":-32602,"message":"bad"}},` +
+				`{"jsonrpc":"2.0","id":` + ids[0] + `,"result":{"decision":"deny","reasoning":"r"}},` +
+				`{"jsonrpc":"2.0","id":999,"result":{"decision":"allow"}}]`
+		}, func(t *testing.T, out []BatchAnswer, err error) {
+			require.NoError(t, err)
+			require.Len(t, out, 3)
+			require.NoError(t, out[0].Err)
+			require.Equal(t, Deny, out[0].Result.Decision)
+			require.ErrorContains(t, out[1].Err, "no answer")
+			var ae *Error
+			require.ErrorAs(t, out[2].Err, &ae)
+			require.Equal(t, -32602, ae.Code)
+		}},
+		{"refused as a whole", func([]string) string {
+			return `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"too many"}}`
+		}, func(t *testing.T, out []BatchAnswer, err error) {
+			var ae *Error
+			require.ErrorAs(t, err, &ae)
+			require.Equal(t, -32600, ae.Code)
+		}},
+		{"not JSON-RPC", func([]string) string { return `<html>` }, func(t *testing.T, out []BatchAnswer, err error) {
+			require.ErrorContains(t, err, "not a JSON-RPC response")
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var reqs []struct {
+					ID json.RawMessage `json:"id"`
+				}
+				require.NoError(t, json.NewDecoder(r.Body).Decode(&reqs))
+				ids := make([]string, len(reqs))
+				for i, q := range reqs {
+					ids[i] = string(q.ID)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(c.answer(ids)))
+			}))
+			defer srv.Close()
+			cl := NewClient(srv.URL)
+			out, err := cl.CallBatch(context.Background(), MethodMCP, []any{map[string]any{}, map[string]any{}, map[string]any{}})
+			c.check(t, out, err)
+		})
+	}
+}
