@@ -90,6 +90,14 @@ func postTo(t *testing.T, url, body string, headers ...string) (int, rpcResp) {
 	return resp.StatusCode, decode(t, b)
 }
 
+// ownSession makes session key's with a real step.
+func ownSession(t *testing.T, base, session, key string) {
+	t.Helper()
+	code, r := postTo(t, base+"/aos", previewCall("1", "echo", session), "X-Test-Key", key)
+	require.Equal(t, http.StatusOK, code)
+	require.Nil(t, r.Error)
+}
+
 // The dry run says what the rules would decide, holds included, and stores, holds and
 // publishes nothing; a rule that failed to evaluate is reported with its error.
 func TestPreviewDecidesWithoutRecording(t *testing.T) {
@@ -143,10 +151,7 @@ func TestPreviewDecidesWithoutRecording(t *testing.T) {
 func TestPreviewRefusals(t *testing.T) {
 	srv, _, _ := previewEnv(t)
 	url := srv.URL + guardian.PreviewPath
-	// The session becomes key k1's with a real step.
-	code, r := postTo(t, srv.URL+"/aos", previewCall("1", "echo", "mcp-owned"), "X-Test-Key", "k1")
-	require.Equal(t, http.StatusOK, code)
-	require.Nil(t, r.Error)
+	ownSession(t, srv.URL, "mcp-owned", "k1")
 
 	cases := []struct {
 		name, body string
@@ -178,7 +183,7 @@ func TestPreviewRefusals(t *testing.T) {
 		})
 	}
 	// The owner may preview its own session.
-	code, r = postTo(t, url, previewCall("1", "get-env", "mcp-owned"), "X-Test-Key", "k1")
+	code, r := postTo(t, url, previewCall("1", "get-env", "mcp-owned"), "X-Test-Key", "k1")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, aos.Deny, r.Result.Decision)
 
@@ -197,9 +202,7 @@ func TestPreviewRefusals(t *testing.T) {
 func TestPreviewBatch(t *testing.T) {
 	srv, db, _ := previewEnv(t)
 	url := srv.URL + guardian.PreviewPath
-	code, r := postTo(t, srv.URL+"/aos", previewCall("1", "echo", "mcp-owned"), "X-Test-Key", "k1")
-	require.Equal(t, http.StatusOK, code)
-	require.Nil(t, r.Error)
+	ownSession(t, srv.URL, "mcp-owned", "k1")
 
 	body := "[" + strings.Join([]string{
 		previewCall("1", "echo", "s"),

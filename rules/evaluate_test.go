@@ -491,24 +491,34 @@ func TestGuardsAgreeWithConditions(t *testing.T) {
 		if r.IntN(2) == 0 {
 			env.Session = env.Session.WithCounts(CountSteps(steps))
 		}
-		v := p.Evaluate(env)
-		got := map[string]string{}
-		for _, m := range v.Matches {
-			got[m.RuleID] = m.Error
+		requireVerdictsMatchVM(t, p, env, "")
+	}
+}
+
+// requireVerdictsMatchVM checks that Evaluate, with every shortcut the engine takes (index,
+// literal screening, guards, memo), matches each rule of p on env exactly when its
+// condition, run as written in the VM, is true, and records an error exactly when the VM
+// fails. label starts its messages.
+func requireVerdictsMatchVM(t *testing.T, p *Program, env *Env, label string) {
+	t.Helper()
+	v := p.Evaluate(env)
+	got := map[string]Match{}
+	for _, m := range v.Matches {
+		got[m.RuleID] = m
+	}
+	for k, cr := range p.rules {
+		st := &evalState{memo: map[memoKey]memoEntry{}}
+		e := *env
+		e.state = st
+		out, err := st.vm.Run(cr.when, &e)
+		m, matched := got[cr.ID]
+		if err != nil {
+			require.True(t, matched, "%srule %d (%s): error not recorded for %+v", label, k, cr.When, env)
+			require.Equal(t, errorText(err), m.Error, "%srule %d (%s)", label, k, cr.When)
+			continue
 		}
-		for k, cr := range p.rules {
-			st := &evalState{memo: map[memoKey]memoEntry{}}
-			e := *env
-			e.state = st
-			out, err := st.vm.Run(cr.when, &e)
-			errText, matched := got[cr.ID]
-			if err != nil {
-				require.True(t, matched, "rule %d: error not recorded for %+v", k, env)
-				require.NotEmpty(t, errText)
-				continue
-			}
-			require.Equal(t, out == true, matched, "rule %d (%s) on %+v", k, conds[k], env)
-		}
+		require.Equal(t, out == true, matched, "%srule %d (%s) on %+v", label, k, cr.When, env)
+		require.Empty(t, m.Error, "%srule %d (%s)", label, k, cr.When)
 	}
 }
 

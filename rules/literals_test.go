@@ -82,11 +82,9 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 	}
 	screened := 0
 	for round := range 60 {
-		var conds []string
 		var rs []Rule
 		for i := range 1 + r.IntN(90) {
 			c := shapes[r.IntN(len(shapes))]()
-			conds = append(conds, c)
 			rs = append(rs, rule(fmt.Sprintf("r%d", i), c, ActionDeny))
 		}
 		p := mustCompile(t, Options{}, rs...)
@@ -116,24 +114,7 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 					screened -= popcount(w)
 				}
 			}
-			v := p.Evaluate(env)
-			got := map[string]string{}
-			for _, m := range v.Matches {
-				got[m.RuleID] = m.Error
-			}
-			for k, cr := range p.rules {
-				st := &evalState{memo: map[memoKey]memoEntry{}}
-				e := *env
-				e.state = st
-				out, err := st.vm.Run(cr.when, &e)
-				errText, matched := got[cr.ID]
-				if err != nil {
-					require.True(t, matched, "round %d rule %d: error not recorded", round, k)
-					require.NotEmpty(t, errText)
-					continue
-				}
-				require.Equal(t, out == true, matched, "round %d rule %d (%s) on %q / %q", round, k, conds[k], env.Text, env.Reasoning)
-			}
+			requireVerdictsMatchVM(t, p, env, fmt.Sprintf("round %d ", round))
 		}
 	}
 	require.Greater(t, screened, 1000, "the screening dropped rules")

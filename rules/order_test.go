@@ -97,25 +97,7 @@ func TestCostOrderAgreesWithConditions(t *testing.T) {
 		if r.IntN(2) == 0 {
 			env.Session = env.Session.WithCounts(CountSteps(steps))
 		}
-		v := p.Evaluate(env)
-		got := map[string]Match{}
-		for _, m := range v.Matches {
-			got[m.RuleID] = m
-		}
-		for _, cr := range p.rules {
-			st := &evalState{memo: map[memoKey]memoEntry{}}
-			e := *env
-			e.state = st
-			out, err := st.vm.Run(cr.when, &e)
-			m, hit := got[cr.ID]
-			if err != nil {
-				require.True(t, hit, "rule %q: its error was hidden on %+v", cr.When, env)
-				require.Equal(t, errorText(err), m.Error, "rule %q", cr.When)
-				continue
-			}
-			require.Equal(t, out == true, hit, "rule %q on %+v", cr.When, env)
-			require.Empty(t, m.Error, "rule %q", cr.When)
-		}
+		requireVerdictsMatchVM(t, p, env, "")
 	}
 }
 
