@@ -427,11 +427,3 @@ func norm(t time.Time) time.Time {
 	}
 	return time.Unix(0, t.UnixNano()).UTC()
 }
-
-// clamp returns def for n <= 0 and at most hi.
-func clamp(n, def, hi int) int {
-	if n <= 0 {
-		return def
-	}
-	return min(n, hi)
-}

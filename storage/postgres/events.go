@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // AppendEvent stores a non-step event, sets ev.Seq (and normalises ev.At) once committed.
@@ -64,7 +65,7 @@ const stepBulkSQL = `coalesce(octet_length(s.request), 0) + coalesce(octet_lengt
 // Events are visible in seq order (seqs are taken in commit order), so the second query
 // finds every step of the page committed; one pruned meanwhile is published as null.
 func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
-	p.Limit = clamp(p.Limit, 500, 1000)
+	p.Limit = storage.ClampLimit(p.Limit, 500, 1000)
 	rows, err := db.pool.Query(ctx, `SELECT e.seq, e.type, e.session_id, e.at, e.payload,
 		coalesce(`+stepBulkSQL+`, 0)
 		FROM events e LEFT JOIN steps s ON s.seq = e.seq AND e.type = 'step'
@@ -220,7 +221,7 @@ func scanSession(row pgx.Row) (record.Session, error) {
 // keeps sessions whose id, agent id, agent name, user id, or client or server name contains
 // it, ignoring case.
 func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
-	limit := clamp(q.Limit, 50, 500)
+	limit := storage.ClampLimit(q.Limit, 50, 500)
 	var (
 		where []string
 		args  []any
@@ -237,7 +238,7 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 		where = append(where, "(s.last_seen, s.id) < ("+arg(lastSeen)+", "+arg(id)+")")
 	}
 	if q.Search != "" {
-		p := arg("%" + escapeLike(q.Search) + "%")
+		p := arg("%" + storage.EscapeLike(q.Search) + "%")
 		where = append(where, `(s.id ILIKE `+p+` OR s.agent_id ILIKE `+p+`
 			OR s.agent_name ILIKE `+p+` OR s.user_id ILIKE `+p+`
 			OR s.client_name ILIKE `+p+` OR s.server_name ILIKE `+p+`)`)
@@ -280,9 +281,4 @@ func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
 	return s, nil
-}
-
-// escapeLike makes s match literally inside a LIKE pattern (backslash is the default escape).
-func escapeLike(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

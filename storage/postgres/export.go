@@ -3,13 +3,13 @@ package postgres
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // exportPage is how many rows one export query reads.
@@ -38,7 +38,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, opts record.ExportOptions
 						rows.Close()
 						return fmt.Errorf("storage: export steps: %w", err)
 					}
-					if err := writeRecord(bw, record.RecordStep, &rec); err != nil {
+					if err := storage.WriteExportRecord(bw, record.RecordStep, &rec); err != nil {
 						rows.Close()
 						return fmt.Errorf("storage: export step %d: %w", rec.Seq, err)
 					}
@@ -71,7 +71,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, opts record.ExportOptions
 						rows.Close()
 						return fmt.Errorf("storage: export audit: %w", err)
 					}
-					if err := writeRecord(bw, record.RecordAudit, &e); err != nil {
+					if err := storage.WriteExportRecord(bw, record.RecordAudit, &e); err != nil {
 						rows.Close()
 						return fmt.Errorf("storage: export audit entry %d: %w", e.ID, err)
 					}
@@ -111,21 +111,4 @@ func exportFilter(o record.ExportOptions, key, timeCol string, after int64) (str
 		where = append(where, fmt.Sprintf("session_id = $%d", len(args)))
 	}
 	return strings.Join(where, " AND "), args
-}
-
-// writeRecord writes v's JSON object as one line, with "record":kind as its first field.
-func writeRecord(w *bufio.Writer, kind string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if len(b) < 2 || b[0] != '{' {
-		return fmt.Errorf("record is not a JSON object: %.40s", b)
-	}
-	_, _ = w.WriteString(`{"record":"` + kind + `"`)
-	if len(b) > 2 {
-		_ = w.WriteByte(',')
-	}
-	_, _ = w.Write(b[1:])
-	return w.WriteByte('\n')
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 const holdColumns = `id, seq, session_id, agent_id, method, kind, tool, rule_id, message,
@@ -280,7 +281,7 @@ func (db *DB) HoldBySeq(ctx context.Context, seq int64) (record.Hold, error) {
 // ListHolds returns holds with the given status ("" or "all" for every status), pending
 // ones oldest first and others newest first; limit is clamped to 1..1000 (default 200).
 func (db *DB) ListHolds(ctx context.Context, status string, limit int) ([]record.Hold, error) {
-	limit = clamp(limit, 200, 1000)
+	limit = storage.ClampLimit(limit, 200, 1000)
 	var (
 		rows pgx.Rows
 		err  error
@@ -512,7 +513,7 @@ func scanAudit(row pgx.Row) (record.AuditEntry, error) {
 
 // ListAudit returns audit entries matching q, newest first.
 func (db *DB) ListAudit(ctx context.Context, q record.AuditQuery) ([]record.AuditEntry, error) {
-	limit := clamp(q.Limit, 100, 1000)
+	limit := storage.ClampLimit(q.Limit, 100, 1000)
 	var (
 		where []string
 		args  []any

@@ -29,8 +29,6 @@ const indexTextBytes = 8192
 // minPrefix is the shortest word a * or an id filter matches as a beginning.
 const minPrefix = 3
 
-const idSeparators = "-_.:@/"
-
 // searchDoc is the text whose words a step is found by.
 func searchDoc(rec *record.StepRecord) string {
 	var b strings.Builder
@@ -41,7 +39,7 @@ func searchDoc(rec *record.StepRecord) string {
 		}
 	}
 	for _, id := range []string{rec.SessionID, rec.AgentID, rec.UserID, rec.Tool} {
-		add(squashID(id))
+		add(storage.SquashID(id))
 		add(id)
 	}
 	add(rec.AgentName)
@@ -90,29 +88,20 @@ func isASCII(s string) bool {
 	return true
 }
 
-func squashID(id string) string {
-	return strings.Map(func(r rune) rune {
-		if strings.ContainsRune(idSeparators, r) {
-			return -1
-		}
-		return r
-	}, id)
-}
-
 // tsQuery turns the free text of a search into a tsquery (to_tsquery syntax) and the
 // words a snippet is centred on.
 func tsQuery(text string) (string, []string, error) {
-	phrases := splitQuery(text)
+	phrases := storage.SplitQuery(text)
 	if len(phrases) > record.MaxSearchTerms {
 		return "", nil, fmt.Errorf("%w: q: at most %d words", record.ErrBadQuery, record.MaxSearchTerms)
 	}
 	var parts, words []string
 	for _, p := range phrases {
-		ws := foldWords(p.text)
+		ws := foldWords(p.Text)
 		if len(ws) == 0 {
 			continue
 		}
-		star := !p.quoted && strings.HasSuffix(p.text, "*") && utf8.RuneCountInString(ws[len(ws)-1]) >= minPrefix
+		star := !p.Quoted && strings.HasSuffix(p.Text, "*") && utf8.RuneCountInString(ws[len(ws)-1]) >= minPrefix
 		for i, w := range ws {
 			ws[i] = "'" + w + "'" // letters and digits only: nothing to escape
 		}
@@ -120,41 +109,9 @@ func tsQuery(text string) (string, []string, error) {
 			ws[len(ws)-1] += ":*"
 		}
 		parts = append(parts, "("+strings.Join(ws, " <-> ")+")")
-		words = append(words, strings.TrimRight(p.text, "*"))
+		words = append(words, strings.TrimRight(p.Text, "*"))
 	}
 	return strings.Join(parts, " & "), words, nil
-}
-
-type phrase struct {
-	text   string
-	quoted bool
-}
-
-// splitQuery splits a query into words and "quoted phrases" (an unclosed quote runs to
-// the end).
-func splitQuery(s string) []phrase {
-	var out []phrase
-	for {
-		s = strings.TrimLeftFunc(s, unicode.IsSpace)
-		if s == "" {
-			return out
-		}
-		if s[0] == '"' {
-			end := strings.IndexByte(s[1:], '"')
-			if end < 0 {
-				return append(out, phrase{text: s[1:], quoted: true})
-			}
-			out = append(out, phrase{text: s[1 : 1+end], quoted: true})
-			s = s[end+2:]
-			continue
-		}
-		end := strings.IndexFunc(s, unicode.IsSpace)
-		if end < 0 {
-			end = len(s)
-		}
-		out = append(out, phrase{text: s[:end]})
-		s = s[end:]
-	}
 }
 
 // tokensSQL is the words of the columns, each column also squashed (squashID), lower-cased,
@@ -164,7 +121,7 @@ func tokensSQL(cols ...string) string {
 	for _, c := range cols {
 		c = "coalesce(" + c + ", '')"
 		parts = append(parts,
-			"lower(translate("+c+", '"+idSeparators+"', ''))", "' '",
+			"lower(translate("+c+", '"+storage.IDSeparators+"', ''))", "' '",
 			"trim(regexp_replace(lower("+c+"), '[^[:alnum:]]+', ' ', 'g'))", "' '")
 	}
 	return "(" + strings.Join(parts, " || ") + ")"
@@ -187,7 +144,7 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	if err != nil {
 		return record.SearchPage{}, err
 	}
-	limit := clamp(q.Limit, 50, 200)
+	limit := storage.ClampLimit(q.Limit, 50, 200)
 	var (
 		where []string
 		args  []any
@@ -203,14 +160,14 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	// as a phrase of the id's words, or of the id squashed; the last word as a beginning
 	// when it has at least minPrefix characters.
 	idFilter := func(v string, cols ...string) {
-		words := foldWords(squashID(v))
+		words := foldWords(storage.SquashID(v))
 		if len(words) == 0 {
 			return
 		}
 		phrase := strings.Join(words, " ")
-		pat := "% " + escapeLike(phrase) + " %"
+		pat := "% " + storage.EscapeLike(phrase) + " %"
 		if utf8.RuneCountInString(words[len(words)-1]) >= minPrefix {
-			pat = "% " + escapeLike(phrase) + "%"
+			pat = "% " + storage.EscapeLike(phrase) + "%"
 		}
 		where = append(where, tokensSQL(cols...)+" LIKE "+arg(pat))
 	}
@@ -232,7 +189,7 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	}
 	if words := foldWords(q.Rule); len(words) > 0 {
 		// The words as a phrase of a matched rule's id or reason code.
-		p := arg("% " + escapeLike(strings.Join(words, " ")) + " %")
+		p := arg("% " + storage.EscapeLike(strings.Join(words, " ")) + " %")
 		where = append(where, `EXISTS (SELECT 1 FROM jsonb_array_elements(s.matched_rules::jsonb) AS m
 			WHERE `+tokensSQL("m ->> 'ruleId'", "m ->> 'reasonCode'")+` LIKE `+p+`)`)
 	}

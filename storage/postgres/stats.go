@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Stats is the dashboard summary at now, read in one REPEATABLE READ transaction so its
@@ -59,8 +60,8 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (record.Stats, error) {
 		}
 		slices.Sort(guardian)
 		slices.Sort(review)
-		st.Latency = record.LatencyStats{P50Micros: percentile(guardian, 50), P99Micros: percentile(guardian, 99)}
-		st.Review = record.ReviewStats{Held: int64(len(review)), P50Micros: percentile(review, 50), P99Micros: percentile(review, 99)}
+		st.Latency = record.LatencyStats{P50Micros: storage.Percentile(guardian, 50), P99Micros: storage.Percentile(guardian, 99)}
+		st.Review = record.ReviewStats{Held: int64(len(review)), P50Micros: storage.Percentile(review, 50), P99Micros: storage.Percentile(review, 99)}
 		return nil
 	})
 	if err != nil {
@@ -117,13 +118,4 @@ func queryInto[T any](ctx context.Context, tx pgx.Tx, dst *[]T, fields func(*T) 
 		*dst = append(*dst, v)
 	}
 	return rows.Err()
-}
-
-// percentile is the nearest-rank percentile of sorted values, 0 for none.
-func percentile(sorted []int64, p int) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := (p*len(sorted) + 99) / 100
-	return sorted[max(rank, 1)-1]
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // stepArgs is a step validated and encoded on the caller's goroutine, so the committers
@@ -38,19 +39,6 @@ type stepReq struct {
 	seq  int64
 	err  error
 	done chan struct{}
-}
-
-// storedJSON returns nil for an empty value, raw when trusted or valid JSON, and otherwise
-// the JSON string of its bytes, so every read stays valid JSON.
-func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
-	if len(raw) == 0 {
-		return nil
-	}
-	if trusted || json.Valid(raw) {
-		return raw
-	}
-	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
-	return s
 }
 
 // cleanStep makes rec's text storable in PostgreSQL, whose text refuses NUL bytes and
@@ -123,8 +111,8 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 	if rec.MatchedRules == nil {
 		rec.MatchedRules = []record.RuleMatch{}
 	}
-	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
-	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
+	rec.Request = storage.StoredJSON(rec.Request, rec.TrustedJSON)
+	rec.Response = storage.StoredJSON(rec.Response, rec.TrustedJSON)
 	cleanStep(rec)
 	rules, err := json.Marshal(rec.MatchedRules)
 	if err != nil {
@@ -478,7 +466,7 @@ func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
 // Steps pages through a session's steps in arrival (seq) order after q.After. Limit is
 // clamped to 1..1000 (default 200).
 func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error) {
-	limit := clamp(q.Limit, 200, 1000)
+	limit := storage.ClampLimit(q.Limit, 200, 1000)
 	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, q.SessionID, q.After, limit)
 	if err != nil {
@@ -505,7 +493,7 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 // StepsBefore returns up to limit (default 1000, at most 10000) of the newest steps with
 // seq < before (0: no bound), oldest first.
 func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
-	limit = clamp(limit, 1000, 10000)
+	limit = storage.ClampLimit(limit, 1000, 10000)
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -521,7 +509,7 @@ func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]recor
 // SessionStepsBefore returns up to limit (default 200, at most 1000) of a session's newest
 // steps with seq < before (0: no bound), oldest first.
 func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error) {
-	limit = clamp(limit, 200, 1000)
+	limit = storage.ClampLimit(limit, 200, 1000)
 	if before <= 0 {
 		before = math.MaxInt64
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -25,7 +26,7 @@ func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]record
 // EventsPage is EventsAfter with the page bounded in bytes as well as in events, and big
 // steps optionally truncated; see EventPage.
 func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
-	p.Limit = clamp(p.Limit, 500, 1000)
+	p.Limit = storage.ClampLimit(p.Limit, 500, 1000)
 	if err := db.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
 	}

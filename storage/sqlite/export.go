@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"bufio"
 	"context"
@@ -216,7 +217,7 @@ func exportSteps(ctx context.Context, q querier, journaled []record.StepRecord, 
 			(opts.SessionID != "" && rec.SessionID != opts.SessionID) {
 			continue
 		}
-		if err := writeRecord(w, record.RecordStep, rec); err != nil {
+		if err := storage.WriteExportRecord(w, record.RecordStep, rec); err != nil {
 			return n, fmt.Errorf("storage: export step %d: %w", rec.Seq, err)
 		}
 		n++
@@ -256,7 +257,7 @@ func exportStoredSteps(ctx context.Context, q querier, w *bufio.Writer, opts rec
 			return n, last, fmt.Errorf("storage: export steps: %w", err)
 		}
 		for i := range page {
-			if err := writeRecord(w, record.RecordStep, &page[i]); err != nil {
+			if err := storage.WriteExportRecord(w, record.RecordStep, &page[i]); err != nil {
 				return n, last, fmt.Errorf("storage: export step %d: %w", page[i].Seq, err)
 			}
 			n++
@@ -286,7 +287,7 @@ func exportAudit(ctx context.Context, q querier, w *bufio.Writer, opts record.Ex
 			return n, fmt.Errorf("storage: export audit: %w", err)
 		}
 		for i := range page {
-			if err := writeRecord(w, record.RecordAudit, &page[i]); err != nil {
+			if err := storage.WriteExportRecord(w, record.RecordAudit, &page[i]); err != nil {
 				return n, fmt.Errorf("storage: export audit entry %d: %w", page[i].ID, err)
 			}
 			n++
@@ -322,22 +323,4 @@ func collectAudit(rows *sql.Rows) ([]record.AuditEntry, error) {
 		entries = append(entries, e)
 	}
 	return entries, rows.Err()
-}
-
-// writeRecord writes v's JSON object as one line, with "record":kind as its first field.
-func writeRecord(w *bufio.Writer, kind string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if len(b) < 2 || b[0] != '{' {
-		return fmt.Errorf("record is not a JSON object: %.40s", b)
-	}
-	_, _ = w.WriteString(`{"record":"` + kind + `"`)
-	if len(b) > 2 { // not "{}"
-		_ = w.WriteByte(',')
-	}
-	_, _ = w.Write(b[1:])
-	// bufio.Writer keeps the first write error and returns it from every later call.
-	return w.WriteByte('\n')
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -364,7 +365,7 @@ func (db *DB) ruleEvent(tx *sql.Tx, p record.RuleChangedPayload, at time.Time) (
 // most limit (clamped to 1..10000, default 1000), oldest first: the window a backtest
 // replays.
 func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
-	limit = clamp(limit, 1000, 10000)
+	limit = storage.ClampLimit(limit, 1000, 10000)
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -387,7 +388,7 @@ func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]recor
 // SessionStepsBefore returns the newest steps of one session with seq < before, at most
 // limit (clamped to 1..1000, default 200), oldest first: the history a stored step had.
 func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error) {
-	limit = clamp(limit, 200, 1000)
+	limit = storage.ClampLimit(limit, 200, 1000)
 	if before <= 0 {
 		before = math.MaxInt64
 	}

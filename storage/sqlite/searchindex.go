@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // The search index is filled in the background, not as steps are stored: tokenizing a
@@ -124,29 +125,13 @@ func (db *DB) hasUnindexed(ctx context.Context) (bool, error) {
 	return more, err
 }
 
-// idSeparators are dropped from ids in the index, so that an id is one word there
-// ("sess-42" is "sess42") as well as its parts: a filter by id then looks up one rare word
-// (or its beginning) instead of a phrase of common ones ("sess", "42"). squashID does the
-// same to a filter.
-const idSeparators = "-_.:@/"
-
-// squashSQL is the SQL expression that drops idSeparators from col.
+// squashSQL is the SQL expression that drops storage.IDSeparators from col.
 func squashSQL(col string) string {
 	expr := col
-	for _, c := range idSeparators {
+	for _, c := range storage.IDSeparators {
 		expr = "replace(" + expr + ", '" + string(c) + "', '')"
 	}
 	return expr
-}
-
-// squashID drops idSeparators from an id, as squashSQL does in the index.
-func squashID(id string) string {
-	return strings.Map(func(r rune) rune {
-		if strings.ContainsRune(idSeparators, r) {
-			return -1
-		}
-		return r
-	}, id)
 }
 
 // indexLag counts the stored steps the index has not reached yet.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -25,7 +26,7 @@ const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen,
 // that receives a step meanwhile moves to the front, where the next refresh of the first
 // page shows it.
 func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
-	limit := clamp(q.Limit, 50, 500)
+	limit := storage.ClampLimit(q.Limit, 50, 500)
 	var (
 		where []string
 		args  []any
@@ -39,7 +40,7 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 		args = append(args, lastSeen, id)
 	}
 	if q.Search != "" {
-		pat := "%" + escapeLike(q.Search) + "%"
+		pat := "%" + storage.EscapeLike(q.Search) + "%"
 		where = append(where, `(s.id LIKE ? ESCAPE '\' OR s.agent_id LIKE ? ESCAPE '\'
 			OR s.agent_name LIKE ? ESCAPE '\' OR s.user_id LIKE ? ESCAPE '\'
 			OR s.client_name LIKE ? ESCAPE '\' OR s.server_name LIKE ? ESCAPE '\')`)
@@ -120,10 +121,4 @@ func scanSession(sc scanner) (record.Session, error) {
 		return record.Session{}, fmt.Errorf("decode decisions of session %q: %w", s.ID, err)
 	}
 	return s, nil
-}
-
-// escapeLike makes s match literally inside a LIKE pattern with ESCAPE '\'.
-func escapeLike(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	return r.Replace(s)
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"context"
 	"database/sql"
@@ -64,8 +65,8 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (record.Stats, error) {
 	}
 	slices.Sort(guardian)
 	slices.Sort(review)
-	st.Latency = record.LatencyStats{P50Micros: percentile(guardian, 50), P99Micros: percentile(guardian, 99)}
-	st.Review = record.ReviewStats{Held: int64(len(review)), P50Micros: percentile(review, 50), P99Micros: percentile(review, 99)}
+	st.Latency = record.LatencyStats{P50Micros: storage.Percentile(guardian, 50), P99Micros: storage.Percentile(guardian, 99)}
+	st.Review = record.ReviewStats{Held: int64(len(review)), P50Micros: storage.Percentile(review, 50), P99Micros: storage.Percentile(review, 99)}
 	return st, nil
 }
 
@@ -146,13 +147,4 @@ func queryInto[T any](ctx context.Context, tx *sql.Tx, dst *[]T, fields func(*T)
 		*dst = append(*dst, v)
 	}
 	return rows.Err()
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted values, 0 when empty.
-func percentile(sorted []int64, p int) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
-	return sorted[max(rank, 1)-1]
 }

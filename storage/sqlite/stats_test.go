@@ -104,21 +104,3 @@ func TestStatsRecentWindowIsBounded(t *testing.T) {
 	require.Equal(t, record.LatencyStats{P50Micros: 500, P99Micros: 990}, st.Latency)
 	require.Equal(t, int64(50), st.Steps, "totals come from the session summaries")
 }
-
-func TestPercentile(t *testing.T) {
-	tests := []struct {
-		vals []int64
-		p    int
-		want int64
-	}{
-		{nil, 50, 0},
-		{[]int64{7}, 50, 7},
-		{[]int64{7}, 99, 7},
-		{[]int64{1, 2}, 50, 1},
-		{[]int64{1, 2, 3, 4}, 99, 4},
-		{[]int64{1, 2, 3, 4}, 50, 2},
-	}
-	for _, tc := range tests {
-		require.Equal(t, tc.want, percentile(tc.vals, tc.p), "%v p%d", tc.vals, tc.p)
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 const sqlInsertStep = `INSERT INTO steps (seq, session_id, turn_id, step_id, method, kind,
@@ -94,8 +95,8 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 	if rec.MatchedRules == nil {
 		rec.MatchedRules = []record.RuleMatch{}
 	}
-	rec.Request = storedJSON(rec.Request, rec.TrustedJSON)
-	rec.Response = storedJSON(rec.Response, rec.TrustedJSON)
+	rec.Request = storage.StoredJSON(rec.Request, rec.TrustedJSON)
+	rec.Response = storage.StoredJSON(rec.Response, rec.TrustedJSON)
 	rec.Client, rec.Server = validPeer(rec.Client), validPeer(rec.Server)
 	a, err := stepArgsOf(rec)
 	if err != nil {
@@ -276,19 +277,6 @@ func (d *sessionDelta) apply(b *batchTx) error {
 	return nil
 }
 
-// storedJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when it
-// is trusted or valid JSON, and otherwise the JSON string of its bytes.
-func storedJSON(raw json.RawMessage, trusted bool) json.RawMessage {
-	if len(raw) == 0 {
-		return nil
-	}
-	if trusted || json.Valid(raw) {
-		return raw
-	}
-	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
-	return s
-}
-
 // textAt is nullableText for the n bytes of b at i, without copying them: b must never
 // change afterwards.
 func textAt(b []byte, i, n int) any {
@@ -326,7 +314,7 @@ func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
 // Steps pages through a session's steps in arrival (seq) order, starting after q.After.
 // Limit is clamped to 1..1000 and defaults to 200. An unknown session has no steps.
 func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error) {
-	limit := clamp(q.Limit, 200, 1000)
+	limit := storage.ClampLimit(q.Limit, 200, 1000)
 	if err := db.flushSession(ctx, q.SessionID); err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
 	}
@@ -420,12 +408,4 @@ func scanStep(s scanner) (record.StepRecord, error) {
 		rec.MatchedRules = []record.RuleMatch{}
 	}
 	return rec, nil
-}
-
-// clamp returns def for n <= 0 and at most hi.
-func clamp(n, def, hi int) int {
-	if n <= 0 {
-		return def
-	}
-	return min(n, hi)
 }

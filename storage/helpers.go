@@ -1,0 +1,115 @@
+package storage
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// The helpers below are what both backends need and neither's database does: value
+// conversions, query text and the export's line format.
+
+// ClampLimit returns def for n <= 0 and at most hi: a page size a client asked for.
+func ClampLimit(n, def, hi int) int {
+	if n <= 0 {
+		return def
+	}
+	return min(n, hi)
+}
+
+// EscapeLike makes s match literally inside a LIKE pattern with ESCAPE '\'.
+func EscapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// Percentile returns the nearest-rank p-th percentile of sorted values, 0 when empty.
+func Percentile(sorted []int64, p int) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
+	return sorted[max(rank, 1)-1]
+}
+
+// StoredJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when
+// it is trusted or valid JSON, and otherwise the JSON string of its bytes.
+func StoredJSON(raw json.RawMessage, trusted bool) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	if trusted || json.Valid(raw) {
+		return raw
+	}
+	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail
+	return s
+}
+
+// IDSeparators are dropped from ids in the search index, so that an id is one word there
+// ("sess-42" is "sess42") as well as its parts: a filter by id then looks up one rare word
+// (or its beginning) instead of a phrase of common ones ("sess", "42"). SquashID does the
+// same to a filter.
+const IDSeparators = "-_.:@/"
+
+// SquashID drops IDSeparators from an id.
+func SquashID(id string) string {
+	return strings.Map(func(r rune) rune {
+		if strings.ContainsRune(IDSeparators, r) {
+			return -1
+		}
+		return r
+	}, id)
+}
+
+// Phrase is one term of a search: a word, or the text between double quotes.
+type Phrase struct {
+	Text   string
+	Quoted bool
+}
+
+// SplitQuery splits free text into words and "quoted phrases"; an unclosed quote runs to
+// the end.
+func SplitQuery(s string) []Phrase {
+	var out []Phrase
+	for {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+		if s == "" {
+			return out
+		}
+		if s[0] == '"' {
+			end := strings.IndexByte(s[1:], '"')
+			if end < 0 {
+				return append(out, Phrase{Text: s[1:], Quoted: true})
+			}
+			out = append(out, Phrase{Text: s[1 : 1+end], Quoted: true})
+			s = s[end+2:]
+			continue
+		}
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		out = append(out, Phrase{Text: s[:end]})
+		s = s[end:]
+	}
+}
+
+// WriteExportRecord writes v's JSON object as one line of an export, with "record":kind as
+// its first field.
+func WriteExportRecord(w *bufio.Writer, kind string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return fmt.Errorf("record is not a JSON object: %.40s", b)
+	}
+	_, _ = w.WriteString(`{"record":"` + kind + `"`)
+	if len(b) > 2 { // not "{}"
+		_ = w.WriteByte(',')
+	}
+	_, _ = w.Write(b[1:])
+	// bufio.Writer keeps the first write error and returns it from every later call.
+	return w.WriteByte('\n')
+}
