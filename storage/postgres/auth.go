@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // authWrite runs write and, when a is not nil, appends a's audit entry in the same
@@ -71,19 +72,6 @@ func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.
 	return ev, nil
 }
 
-func scanAPIKey(row pgx.Row) (record.APIKey, error) {
-	var (
-		k                                  record.APIKey
-		created, expires, revoked, lastUse int64
-	)
-	if err := row.Scan(&k.ID, &k.Name, &k.AgentID, &k.Hash, &k.Prefix, &created, &k.CreatedBy,
-		&expires, &revoked, &lastUse); err != nil {
-		return record.APIKey{}, err
-	}
-	k.CreatedAt, k.ExpiresAt, k.RevokedAt, k.LastUsedAt = fromNanos(created), fromNanos(expires), fromNanos(revoked), fromNanos(lastUse)
-	return k, nil
-}
-
 // APIKeys lists every key, oldest first.
 func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 	rows, err := db.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
@@ -93,7 +81,7 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 	defer rows.Close()
 	var keys []record.APIKey
 	for rows.Next() {
-		k, err := scanAPIKey(rows)
+		k, err := storage.ScanAPIKey(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list api keys: %w", err)
 		}
@@ -107,7 +95,7 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 
 // APIKeyByHash returns the key whose hash is hash, or ErrNotFound.
 func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error) {
-	k, err := scanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
+	k, err := storage.ScanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key: %w", record.ErrNotFound)
 	}
@@ -119,7 +107,7 @@ func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, err
 
 // APIKey returns one key, or ErrNotFound.
 func (db *DB) APIKey(ctx context.Context, id string) (record.APIKey, error) {
-	k, err := scanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
+	k, err := storage.ScanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key %s: %w", id, record.ErrNotFound)
 	}
@@ -159,7 +147,7 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *
 		if err != nil {
 			return fmt.Errorf("storage: revoke api key %s: %w", id, err)
 		}
-		k, err = scanAPIKey(t.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
+		k, err = storage.ScanAPIKey(t.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("storage: api key %s: %w", id, record.ErrNotFound)
 		}
@@ -203,20 +191,6 @@ func (db *DB) TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
 }
 
 const userColumns = `name, role, password_hash, created_at, updated_at`
-
-func scanUser(row pgx.Row) (record.User, error) {
-	var (
-		u                record.User
-		hash             string
-		created, updated int64
-	)
-	if err := row.Scan(&u.Name, &u.Role, &hash, &created, &updated); err != nil {
-		return record.User{}, err
-	}
-	u.PasswordHash = []byte(hash)
-	u.CreatedAt, u.UpdatedAt = fromNanos(created), fromNanos(updated)
-	return u, nil
-}
 
 // CreateUser stores a new account (ErrExists when the name is taken, ignoring case).
 func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error) {
@@ -262,7 +236,7 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 	defer rows.Close()
 	var users []record.User
 	for rows.Next() {
-		u, err := scanUser(rows)
+		u, err := storage.ScanUser(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list users: %w", err)
 		}
@@ -276,7 +250,7 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 
 // User returns the account named name (ignoring case), or ErrNotFound.
 func (db *DB) User(ctx context.Context, name string) (record.User, error) {
-	u, err := scanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(name) = lower($1)`, name))
+	u, err := storage.ScanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(name) = lower($1)`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.User{}, fmt.Errorf("storage: user %q: %w", name, record.ErrNotFound)
 	}
@@ -342,7 +316,7 @@ func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEn
 	var u record.User
 	ev, err := db.authWrite(ctx, a, func(t *seqTx) error {
 		var err error
-		u, err = scanUser(t.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(name) = lower($1) FOR UPDATE`, name))
+		u, err = storage.ScanUser(t.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(name) = lower($1) FOR UPDATE`, name))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("storage: user %q: %w", name, record.ErrNotFound)
 		}
@@ -425,7 +399,7 @@ func (db *DB) AuthSession(ctx context.Context, hash []byte) (record.AuthSession,
 	if err != nil {
 		return record.AuthSession{}, fmt.Errorf("storage: session: %w", err)
 	}
-	s.CreatedAt, s.ExpiresAt = fromNanos(created), fromNanos(expires)
+	s.CreatedAt, s.ExpiresAt = storage.TimeFromNanos(created), storage.TimeFromNanos(expires)
 	return s, nil
 }
 

@@ -412,14 +412,6 @@ func nanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// fromNanos reads a stored time back: UTC, the zero time for 0.
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 // norm is a time as stored and read back: UTC, nanosecond precision.
 func norm(t time.Time) time.Time {
 	if t.IsZero() {

@@ -188,34 +188,6 @@ const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen,
 	s.client_name, s.client_version, s.server_name, s.server_version,
 	(SELECT count(*) FROM holds h WHERE h.session_id = s.id AND h.status = 'pending')`
 
-func scanSession(row pgx.Row) (record.Session, error) {
-	var (
-		s                   record.Session
-		firstSeen, lastSeen int64
-		decisions           string
-		client, server      record.Peer
-	)
-	if err := row.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
-		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID,
-		&client.Name, &client.Version, &server.Name, &server.Version, &s.PendingHolds); err != nil {
-		return record.Session{}, err
-	}
-	// A peer is known by its name: a session no step named one has none.
-	if client.Name != "" {
-		s.Client = &client
-	}
-	if server.Name != "" {
-		s.Server = &server
-	}
-	s.FirstSeen = time.Unix(0, firstSeen).UTC()
-	s.LastSeen = time.Unix(0, lastSeen).UTC()
-	s.Decisions = map[string]int64{}
-	if err := json.Unmarshal([]byte(decisions), &s.Decisions); err != nil {
-		return record.Session{}, fmt.Errorf("decode decisions of session %q: %w", s.ID, err)
-	}
-	return s, nil
-}
-
 // Sessions pages through sessions newest first by last activity, ties broken by id, with
 // keyset pagination on the cursor q.Before. Limit is clamped to 1..500 (default 50). Search
 // keeps sessions whose id, agent id, agent name, user id, or client or server name contains
@@ -255,7 +227,7 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 	defer rows.Close()
 	page := record.SessionPage{Sessions: make([]record.Session, 0, min(limit, 64))}
 	for rows.Next() {
-		s, err := scanSession(rows)
+		s, err := storage.ScanSession(rows)
 		if err != nil {
 			return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
 		}
@@ -273,7 +245,7 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 
 // Session returns one session's summary, or ErrNotFound.
 func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
-	s, err := scanSession(db.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = $1`, id))
+	s, err := storage.ScanSession(db.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)
 	}

@@ -335,7 +335,7 @@ func scanHold(row pgx.Row) (record.Hold, error) {
 	}
 	h.CreatedAt = time.Unix(0, createdAt).UTC()
 	h.Deadline = time.Unix(0, deadline).UTC()
-	h.DecidedAt = fromNanos(decidedAt)
+	h.DecidedAt = storage.TimeFromNanos(decidedAt)
 	return h, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/vigil-guardian/vigil/jsonpatch"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // AuditRulePrefix starts the audit type of a rule change ("rule." + op).
@@ -25,7 +26,7 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 	defer rows.Close()
 	out := []rules.Rule{}
 	for rows.Next() {
-		r, err := scanRule(rows)
+		r, err := storage.ScanRule(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list rules: %w", err)
 		}
@@ -39,31 +40,13 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 
 // GetRule returns one rule, or ErrNotFound.
 func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
-	r, err := scanRule(db.pool.QueryRow(ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
+	r, err := storage.ScanRule(db.pool.QueryRow(ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, record.ErrNotFound)
 	}
 	if err != nil {
 		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, err)
 	}
-	return r, nil
-}
-
-func scanRule(row pgx.Row) (rules.Rule, error) {
-	var (
-		id        string
-		version   int
-		js        string
-		updatedAt int64
-	)
-	if err := row.Scan(&id, &version, &js, &updatedAt); err != nil {
-		return rules.Rule{}, err
-	}
-	var r rules.Rule
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		return rules.Rule{}, fmt.Errorf("decode rule %q: %w", id, err)
-	}
-	r.ID, r.Version, r.UpdatedAt = id, version, time.Unix(0, updatedAt).UTC()
 	return r, nil
 }
 
@@ -78,7 +61,7 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 	defer rows.Close()
 	var out []record.RuleVersion
 	for rows.Next() {
-		v, err := scanRuleVersion(rows, id)
+		v, err := storage.ScanRuleVersion(rows, id)
 		if err != nil {
 			return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
 		}
@@ -95,7 +78,7 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 
 // RuleVersion returns one version of a rule, or ErrNotFound.
 func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error) {
-	v, err := scanRuleVersion(db.pool.QueryRow(ctx, `SELECT version, rule, saved_at, operator, op
+	v, err := storage.ScanRuleVersion(db.pool.QueryRow(ctx, `SELECT version, rule, saved_at, operator, op
 		FROM rule_versions WHERE rule_id = $1 AND version = $2`, id, version), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, record.ErrNotFound)
@@ -103,23 +86,6 @@ func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.R
 	if err != nil {
 		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, err)
 	}
-	return v, nil
-}
-
-func scanRuleVersion(row pgx.Row, id string) (record.RuleVersion, error) {
-	var (
-		v       record.RuleVersion
-		js      string
-		savedAt int64
-	)
-	if err := row.Scan(&v.Version, &js, &savedAt, &v.Operator, &v.Op); err != nil {
-		return record.RuleVersion{}, err
-	}
-	if err := json.Unmarshal([]byte(js), &v.Rule); err != nil {
-		return record.RuleVersion{}, fmt.Errorf("decode rule %q version %d: %w", id, v.Version, err)
-	}
-	v.RuleID, v.SavedAt = id, time.Unix(0, savedAt).UTC()
-	v.Rule.ID, v.Rule.Version, v.Rule.UpdatedAt = id, v.Version, v.SavedAt
 	return v, nil
 }
 
@@ -207,7 +173,7 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule,
 }
 
 func currentRule(t *seqTx, id string) (*rules.Rule, error) {
-	r, err := scanRule(t.QueryRow(t.ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
+	r, err := storage.ScanRule(t.QueryRow(t.ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -270,7 +236,7 @@ func applyRuleChange(t *seqTx, c record.RuleChange, operator string, at time.Tim
 	}
 	r := c.Rule
 	if c.Op == record.RuleOpDelete {
-		cur, err := scanRule(t.QueryRow(ctx, `DELETE FROM rules WHERE id = $1 RETURNING id, version, rule, updated_at`, id))
+		cur, err := storage.ScanRule(t.QueryRow(ctx, `DELETE FROM rules WHERE id = $1 RETURNING id, version, rule, updated_at`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return rules.Rule{}, fmt.Errorf("storage: delete rule %q: %w", id, record.ErrNotFound)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // authWrite runs write and, when a is not nil, appends a's audit entry in the same
@@ -83,29 +84,6 @@ func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.
 const apiKeyColumns = `id, name, agent_id, hash, prefix, created_at, created_by, expires_at,
 	revoked_at, last_used_at`
 
-func scanAPIKey(s scanner) (record.APIKey, error) {
-	var (
-		k                                  record.APIKey
-		created, expires, revoked, lastUse int64
-	)
-	if err := s.Scan(&k.ID, &k.Name, &k.AgentID, &k.Hash, &k.Prefix, &created, &k.CreatedBy,
-		&expires, &revoked, &lastUse); err != nil {
-		return record.APIKey{}, err
-	}
-	k.CreatedAt = authTime(created)
-	k.ExpiresAt = authTime(expires)
-	k.RevokedAt = authTime(revoked)
-	k.LastUsedAt = authTime(lastUse)
-	return k, nil
-}
-
-func authTime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 // APIKeys returns every key, revoked and expired ones included, oldest first.
 func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 	rows, err := db.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys
@@ -116,7 +94,7 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 	defer rows.Close()
 	var keys []record.APIKey
 	for rows.Next() {
-		k, err := scanAPIKey(rows)
+		k, err := storage.ScanAPIKey(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list api keys: %w", err)
 		}
@@ -130,7 +108,7 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 
 // APIKeyByHash returns the key whose hash is hash, or ErrNotFound.
 func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error) {
-	k, err := scanAPIKey(db.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys
+	k, err := storage.ScanAPIKey(db.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys
 		WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key: %w", record.ErrNotFound)
@@ -143,7 +121,7 @@ func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, err
 
 // APIKey returns the key with the given id, or ErrNotFound.
 func (db *DB) APIKey(ctx context.Context, id string) (record.APIKey, error) {
-	k, err := scanAPIKey(db.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys
+	k, err := storage.ScanAPIKey(db.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys
 		WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key %s: %w", id, record.ErrNotFound)
@@ -192,7 +170,7 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *
 		if err != nil {
 			return fmt.Errorf("storage: revoke api key %s: %w", id, err)
 		}
-		k, err = scanAPIKey(tx.QueryRow(`SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, id))
+		k, err = storage.ScanAPIKey(tx.QueryRow(`SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("storage: api key %s: %w", id, record.ErrNotFound)
 		}
@@ -245,21 +223,6 @@ func (db *DB) TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
 
 const userColumns = `name, role, password_hash, created_at, updated_at`
 
-func scanUser(s scanner) (record.User, error) {
-	var (
-		u                record.User
-		hash             string
-		created, updated int64
-	)
-	if err := s.Scan(&u.Name, &u.Role, &hash, &created, &updated); err != nil {
-		return record.User{}, err
-	}
-	u.PasswordHash = []byte(hash)
-	u.CreatedAt = authTime(created)
-	u.UpdatedAt = authTime(updated)
-	return u, nil
-}
-
 // CreateUser stores u and, when audit is not nil, its audit entry in one transaction. A
 // zero CreatedAt becomes now. A name already taken (compared without case) returns
 // ErrExists.
@@ -307,7 +270,7 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 	defer rows.Close()
 	var users []record.User
 	for rows.Next() {
-		u, err := scanUser(rows)
+		u, err := storage.ScanUser(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list users: %w", err)
 		}
@@ -321,7 +284,7 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 
 // User returns the account named name (compared without case), or ErrNotFound.
 func (db *DB) User(ctx context.Context, name string) (record.User, error) {
-	u, err := scanUser(db.r.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE name = ?`, name))
+	u, err := storage.ScanUser(db.r.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.User{}, fmt.Errorf("storage: user %q: %w", name, record.ErrNotFound)
 	}
@@ -391,7 +354,7 @@ func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEn
 	var u record.User
 	ev, err := db.authWrite(ctx, a, func(tx *sql.Tx) error {
 		var err error
-		u, err = scanUser(tx.QueryRow(`SELECT `+userColumns+` FROM users WHERE name = ?`, name))
+		u, err = storage.ScanUser(tx.QueryRow(`SELECT `+userColumns+` FROM users WHERE name = ?`, name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("storage: user %q: %w", name, record.ErrNotFound)
 		}
@@ -478,8 +441,8 @@ func (db *DB) AuthSession(ctx context.Context, hash []byte) (record.AuthSession,
 	if err != nil {
 		return record.AuthSession{}, fmt.Errorf("storage: session: %w", err)
 	}
-	s.CreatedAt = authTime(created)
-	s.ExpiresAt = authTime(expires)
+	s.CreatedAt = storage.TimeFromNanos(created)
+	s.ExpiresAt = storage.TimeFromNanos(expires)
 	return s, nil
 }
 

@@ -26,7 +26,7 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 	defer rows.Close()
 	out := []rules.Rule{}
 	for rows.Next() {
-		r, err := scanRule(rows)
+		r, err := storage.ScanRule(rows)
 		if err != nil {
 			return nil, fmt.Errorf("storage: list rules: %w", err)
 		}
@@ -40,7 +40,7 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 
 // GetRule returns the current rule with the given id, or ErrNotFound.
 func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
-	r, err := scanRule(db.r.QueryRowContext(ctx,
+	r, err := storage.ScanRule(db.r.QueryRowContext(ctx,
 		`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, record.ErrNotFound)
@@ -48,25 +48,6 @@ func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
 	if err != nil {
 		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, err)
 	}
-	return r, nil
-}
-
-// scanRule reads (id, version, rule, updated_at). The columns win over the JSON copy.
-func scanRule(s scanner) (rules.Rule, error) {
-	var (
-		id        string
-		version   int
-		js        string
-		updatedAt int64
-	)
-	if err := s.Scan(&id, &version, &js, &updatedAt); err != nil {
-		return rules.Rule{}, err
-	}
-	var r rules.Rule
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		return rules.Rule{}, fmt.Errorf("decode rule %q: %w", id, err)
-	}
-	r.ID, r.Version, r.UpdatedAt = id, version, time.Unix(0, updatedAt).UTC()
 	return r, nil
 }
 
@@ -81,7 +62,7 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 	defer rows.Close()
 	var out []record.RuleVersion
 	for rows.Next() {
-		v, err := scanRuleVersion(rows, id)
+		v, err := storage.ScanRuleVersion(rows, id)
 		if err != nil {
 			return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
 		}
@@ -98,7 +79,7 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 
 // RuleVersion returns one version of a rule, or ErrNotFound.
 func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error) {
-	v, err := scanRuleVersion(db.r.QueryRowContext(ctx, `SELECT version, rule, saved_at, operator, op
+	v, err := storage.ScanRuleVersion(db.r.QueryRowContext(ctx, `SELECT version, rule, saved_at, operator, op
 		FROM rule_versions WHERE rule_id = ? AND version = ?`, id, version), id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, record.ErrNotFound)
@@ -106,23 +87,6 @@ func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.R
 	if err != nil {
 		return record.RuleVersion{}, fmt.Errorf("storage: rule %q version %d: %w", id, version, err)
 	}
-	return v, nil
-}
-
-func scanRuleVersion(s scanner, id string) (record.RuleVersion, error) {
-	var (
-		v       record.RuleVersion
-		js      string
-		savedAt int64
-	)
-	if err := s.Scan(&v.Version, &js, &savedAt, &v.Operator, &v.Op); err != nil {
-		return record.RuleVersion{}, err
-	}
-	if err := json.Unmarshal([]byte(js), &v.Rule); err != nil {
-		return record.RuleVersion{}, fmt.Errorf("decode rule %q version %d: %w", id, v.Version, err)
-	}
-	v.RuleID, v.SavedAt = id, time.Unix(0, savedAt).UTC()
-	v.Rule.ID, v.Rule.Version, v.Rule.UpdatedAt = id, v.Version, v.SavedAt
 	return v, nil
 }
 
@@ -240,7 +204,7 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule,
 
 // currentRule is rule id as stored now, nil when there is none.
 func currentRule(tx *sql.Tx, id string) (*rules.Rule, error) {
-	r, err := scanRule(tx.QueryRow(`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
+	r, err := storage.ScanRule(tx.QueryRow(`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -320,7 +284,7 @@ func applyRuleChange(tx *sql.Tx, c record.RuleChange, operator string, at time.T
 	}
 	r := c.Rule
 	if c.Op == record.RuleOpDelete {
-		cur, err := scanRule(tx.QueryRow(`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
+		cur, err := storage.ScanRule(tx.QueryRow(`SELECT id, version, rule, updated_at FROM rules WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return rules.Rule{}, fmt.Errorf("storage: delete rule %q: %w", id, record.ErrNotFound)
 		}

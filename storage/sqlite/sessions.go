@@ -6,11 +6,9 @@ import (
 
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
 
 const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen, s.last_seen,
@@ -63,7 +61,7 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 	defer rows.Close()
 	page := record.SessionPage{Sessions: make([]record.Session, 0, min(limit, 64))}
 	for rows.Next() {
-		s, err := scanSession(rows)
+		s, err := storage.ScanSession(rows)
 		if err != nil {
 			return record.SessionPage{}, fmt.Errorf("storage: sessions: %w", err)
 		}
@@ -86,39 +84,12 @@ func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
 	row := db.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id)
-	s, err := scanSession(row)
+	s, err := storage.ScanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)
 	}
 	if err != nil {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
-	}
-	return s, nil
-}
-
-func scanSession(sc scanner) (record.Session, error) {
-	var (
-		s                   record.Session
-		firstSeen, lastSeen int64
-		decisions           string
-		client, server      record.Peer
-	)
-	if err := sc.Scan(&s.ID, &s.AgentID, &s.AgentName, &s.UserID, &firstSeen, &lastSeen,
-		&s.LastSeq, &s.Steps, &s.LastMethod, &s.Control, &decisions, &s.KeyID,
-		&client.Name, &client.Version, &server.Name, &server.Version, &s.PendingHolds); err != nil {
-		return record.Session{}, err
-	}
-	if client.Name != "" {
-		s.Client = &client
-	}
-	if server.Name != "" {
-		s.Server = &server
-	}
-	s.FirstSeen = time.Unix(0, firstSeen).UTC()
-	s.LastSeen = time.Unix(0, lastSeen).UTC()
-	s.Decisions = map[string]int64{}
-	if err := json.Unmarshal([]byte(decisions), &s.Decisions); err != nil {
-		return record.Session{}, fmt.Errorf("decode decisions of session %q: %w", s.ID, err)
 	}
 	return s, nil
 }
