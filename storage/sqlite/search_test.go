@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,4 +91,39 @@ func TestSearchIndexCatchesUp(t *testing.T) {
 	}))
 	require.Empty(t, searchSteps(t, db, record.SearchQuery{Text: `"word7"`}))
 	require.Len(t, searchSteps(t, db, record.SearchQuery{Text: `"word8"`}), 1)
+}
+
+// squashReplaceSQL is how the index squashed ids before vigil_squash: one replace() per
+// separator. The function must give the same text for every input, or ids indexed before
+// and after it would be found differently.
+func squashReplaceSQL(col string) string {
+	expr := col
+	for _, c := range storage.IDSeparators {
+		expr = "replace(" + expr + ", '" + string(c) + "', '')"
+	}
+	return expr
+}
+
+func TestSquashFunctionIsReplace(t *testing.T) {
+	db := openTest(t)
+	rng := rand.New(rand.NewPCG(16, 1))
+	// Separators, letters, multi-byte text and bytes that are not UTF-8.
+	alphabet := []string{"-", "_", ".", ":", "@", "/", "a", "Z", "7", " ", "é", "日", "\xff", "\xc3", "\x00"}
+	inputs := []string{"", "sess-42", "a.b:c@d/e_f", "---", "plain", "\xffsess-\xc3"}
+	for range 500 {
+		var b strings.Builder
+		for range rng.IntN(24) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		inputs = append(inputs, b.String())
+	}
+	q := `SELECT ` + squashSQL("?1") + ` = ` + squashReplaceSQL("?1") + `, hex(` + squashSQL("?1") + `), hex(` + squashReplaceSQL("?1") + `)`
+	for _, in := range inputs {
+		var same bool
+		var got, want string
+		require.NoError(t, db.r.QueryRow(q, in).Scan(&same, &got, &want))
+		require.True(t, same, "%q: vigil_squash gave %s, replace() %s", in, got, want)
+	}
+	require.Equal(t, "sess42", squashBytes("sess-42"))
+	require.Equal(t, storage.SquashID("a.b:c@d/e_f"), squashBytes("a.b:c@d/e_f"))
 }

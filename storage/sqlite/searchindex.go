@@ -3,8 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
+	"strings"
 	"time"
+
+	"modernc.org/sqlite"
 
 	"github.com/vigil-guardian/vigil/storage"
 )
@@ -87,8 +91,9 @@ func (db *DB) IndexBatch(ctx context.Context, limit int) (int, error) {
 				`+squashSQL("agent_id")+` || ' ' || agent_id || ' ' || agent_name,
 				`+squashSQL("user_id")+` || ' ' || user_id, `+squashSQL("tool")+` || ' ' || tool,
 				decision || CASE WHEN held THEN ' held' ELSE '' END,
-				(SELECT group_concat(coalesce(j.value ->> 'ruleId', '') || ' ' ||
-					coalesce(j.value ->> 'reasonCode', ''), ' ') FROM json_each(steps.matched_rules) AS j),
+				CASE WHEN matched_rules = '[]' THEN NULL ELSE
+					(SELECT group_concat(coalesce(j.value ->> 'ruleId', '') || ' ' ||
+					coalesce(j.value ->> 'reasonCode', ''), ' ') FROM json_each(steps.matched_rules) AS j) END,
 				substr(text, 1, ?)
 			FROM steps WHERE seq > ? AND seq <= ?`, indexTextBytes, upto, last); err != nil {
 			return fmt.Errorf("index steps: %w", err)
@@ -127,11 +132,48 @@ func (db *DB) hasUnindexed(ctx context.Context) (bool, error) {
 
 // squashSQL is the SQL expression that drops storage.IDSeparators from col.
 func squashSQL(col string) string {
-	expr := col
-	for _, c := range storage.IDSeparators {
-		expr = "replace(" + expr + ", '" + string(c) + "', '')"
+	return squashFunc + "(" + col + ")"
+}
+
+// squashFunc is the SQL function squashSQL calls. It is SQLite's replace() once per
+// separator, done in one pass in Go: the chain of six replace() calls on each of four ids
+// cost a third of the index's CPU per step (2.7 µs of 8).
+const squashFunc = "vigil_squash"
+
+// The function is registered with the driver, which gives it to every connection it opens
+// from then on; a registration is the driver's configuration, made once before any Open.
+func init() {
+	sqlite.MustRegisterFunction(squashFunc, &sqlite.FunctionImpl{
+		NArgs: 1, Deterministic: true,
+		// The text is read in place, whole: the copying mode stops at a NUL byte, which an
+		// id may hold ("\u0000" in JSON). The answer never shares the argument's memory.
+		VolatileArgs: true,
+		Scalar: func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			switch v := args[0].(type) {
+			case string:
+				return squashBytes(v), nil
+			case []byte:
+				return []byte(squashBytes(string(v))), nil
+			default:
+				return v, nil // NULL stays NULL; ids are never numbers
+			}
+		},
+	})
+}
+
+// squashBytes is storage.SquashID byte by byte, as replace() works: the separators are
+// ASCII, and an id with invalid UTF-8 keeps its other bytes as they are.
+func squashBytes(id string) string {
+	if !strings.ContainsAny(id, storage.IDSeparators) {
+		return strings.Clone(id)
 	}
-	return expr
+	b := make([]byte, 0, len(id))
+	for i := range len(id) {
+		if strings.IndexByte(storage.IDSeparators, id[i]) < 0 {
+			b = append(b, id[i])
+		}
+	}
+	return string(b)
 }
 
 // indexLag counts the stored steps the index has not reached yet.
