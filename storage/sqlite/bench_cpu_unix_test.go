@@ -38,6 +38,7 @@ func BenchmarkStepCPU(b *testing.B) {
 				for i := next.Add(1); i <= steps; i = next.Add(1) {
 					st := benchStep(i)
 					st.SessionID = fmt.Sprint("session-", i%2000)
+					st.TrustedJSON = true // as the guardian saves steps it decoded
 					if err := db.SaveStep(ctx, st); err != nil {
 						b.Error(err)
 						return
