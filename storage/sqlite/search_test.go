@@ -127,3 +127,23 @@ func TestSquashFunctionIsReplace(t *testing.T) {
 	require.Equal(t, "sess42", squashBytes("sess-42"))
 	require.Equal(t, storage.SquashID("a.b:c@d/e_f"), squashBytes("a.b:c@d/e_f"))
 }
+
+func TestNextIndexBatch(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		busy  time.Duration
+		want  int
+	}{
+		{indexBatchMin, time.Millisecond, 2 * indexBatchMin}, // quick: doubles
+		{1024, indexBatchTime / 2, 2048},                     // half the time: twice the steps
+		{1024, indexBatchTime * 3 / 4, 1365},                 // towards the target
+		{1024, indexBatchTime, 1024},                         // on target: stays
+		{1024, 2 * indexBatchTime, 512},                      // too long: shrinks
+		{1024, 100 * indexBatchTime, 512},                    // at most halves at once
+		{indexBatchMin, time.Second, indexBatchMin},          // never below the least
+		{indexBatchMax, time.Microsecond, indexBatchMax},     // never above the most
+		{256, 0, 512}, // no reading: grows
+	} {
+		require.Equal(t, c.want, nextIndexBatch(c.limit, c.busy), "limit %d busy %v", c.limit, c.busy)
+	}
+}

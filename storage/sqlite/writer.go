@@ -31,6 +31,11 @@ type op struct {
 	alone bool
 	done  chan struct{}
 	err   error
+	// started is when the writer began running the op; busy, once done, how long the
+	// writer took from then until its transaction committed (the indexer sizes its batches
+	// by it, commit included: FTS5 writes its segment then).
+	started time.Time
+	busy    time.Duration
 }
 
 // batchTx is the writer's transaction with its statements bound to it.
@@ -147,8 +152,12 @@ func (db *DB) Exec(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // execAlone runs fn in a write transaction of its own, without storing the journaled
 // steps first: for writes that take no seq and read no step newer than what is stored.
-func (db *DB) execAlone(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return db.submit(ctx, &op{savepoint: true, alone: true, run: func(b *batchTx) error { return fn(b.tx) }})
+func (db *DB) execAlone(ctx context.Context, fn func(tx *sql.Tx) error) (busy time.Duration, err error) {
+	o := &op{savepoint: true, alone: true, run: func(b *batchTx) error { return fn(b.tx) }}
+	if err := db.submit(ctx, o); err != nil {
+		return 0, err
+	}
+	return o.busy, nil
 }
 
 // NextSeqTx appends an event inside a transaction given to an Exec function and returns its
@@ -660,6 +669,7 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 			close(o.done)
 			continue
 		}
+		o.started = time.Now()
 		opErr, txErr := db.runOp(b, o)
 		if txErr != nil {
 			_ = tx.Rollback()
@@ -696,6 +706,7 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 	}
 	db.committed(len(steps) + len(ran))
 	for _, o := range ran {
+		o.busy = time.Since(o.started)
 		close(o.done)
 	}
 	return true, nil, nil
