@@ -147,3 +147,51 @@ func TestNextIndexBatch(t *testing.T) {
 		require.Equal(t, c.want, nextIndexBatch(c.limit, c.busy), "limit %d busy %v", c.limit, c.busy)
 	}
 }
+
+// segments counts the search index's segments.
+func segments(t *testing.T, db *DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.r.QueryRow(`SELECT count(DISTINCT segid) FROM step_search_idx`).Scan(&n))
+	return n
+}
+
+func TestIndexMergesWhenIdle(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	// Forty small batches: forty segments, fewer than automerge's 16 a level would leave
+	// merged while indexing.
+	for b := range 40 {
+		for i := range 5 {
+			rec := step(fmt.Sprint("s", b), "allow", time.Duration(b*5+i)*time.Second)
+			rec.Text = fmt.Sprintf("needle word%d", b)
+			save(t, db, rec)
+		}
+		require.NoError(t, db.Flush(ctx))
+		n, err := db.IndexBatch(ctx, 100)
+		require.NoError(t, err)
+		require.Equal(t, 5, n)
+	}
+	before := segments(t, db)
+	require.Greater(t, before, 8, "automerge at 16 leaves the segments for the idle merge")
+
+	rounds := 0
+	for {
+		did, err := db.mergeIndex(ctx)
+		require.NoError(t, err)
+		if !did {
+			break
+		}
+		rounds++
+		require.Less(t, rounds, 100, "merging never ends")
+	}
+	require.Positive(t, rounds)
+	after := segments(t, db)
+	require.Less(t, after, before/2, "idle merging leaves %d of %d segments", after, before)
+	// Merging keeps every step findable, by a common word and by a rare one.
+	require.Len(t, searchSteps(t, db, record.SearchQuery{Text: "needle", Limit: 200}), 200)
+	require.Len(t, searchSteps(t, db, record.SearchQuery{Text: "word17"}), 5)
+	did, err := db.mergeIndex(ctx)
+	require.NoError(t, err)
+	require.False(t, did, "nothing left to merge")
+}

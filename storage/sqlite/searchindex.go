@@ -14,16 +14,17 @@ import (
 )
 
 // The search index is filled in the background, not as steps are stored: tokenizing a
-// step's text costs about a quarter as much CPU again as storing it, and the guardian
-// answers agents first. The indexer takes the stored steps after search_progress.upto in seq
-// order, a batch per write, and rests between batches at least twice as long as the batch
-// took, so it uses at most a third of one core and yields to the guardian under load; when
-// it has caught up it looks again every indexPoll. Steps are stored in seq order, so every
-// step up to the newest stored one is there to be indexed, or never will be.
+// step's text costs about a third as much CPU again as storing it, and the guardian answers
+// agents first. The indexer takes the stored steps after search_progress.upto in seq order,
+// a batch per write, and rests between batches at least twice as long as the batch took, so
+// it uses at most a third of one core and yields to the guardian under load; when it has
+// caught up it looks again every indexPoll, and once a look has found nothing new for a
+// whole poll it merges the index's segments (mergeIndex). Steps are stored in seq order, so
+// every step up to the newest stored one is there to be indexed, or never will be.
 //
 // A batch is sized by time, not by count: each write of the index adds a segment that FTS5
-// later merges, so a step indexed in a batch of 256 cost 7.9 µs of CPU and 1.6 KB of writes,
-// in a batch of 2048 6.2 µs and 0.8 KB (BenchmarkStepCPU). Batches grow while they take less
+// later merges, so a step like the load benchmark's cost 12.2 µs of CPU to index in batches
+// of 256 and 10.4 µs in batches sized this way (BenchmarkStepCPU, 400,000 steps). Batches grow while they take less
 // than indexBatchTime in the writer and shrink when they take more (long texts), so that a
 // hold's decision or the journal's ingestion waits behind the index for at most about that.
 const (
@@ -54,12 +55,26 @@ func (db *DB) indexSteps(stop <-chan struct{}) {
 		}
 	}
 	limit := indexBatchMin
+	// quiet: the last look found nothing to index; mergeable: segments were added since
+	// the idle merging last found nothing to merge.
+	quiet, mergeable := false, true
 	for {
 		start := time.Now()
 		// Asked of a reader first, so an idle guardian sends its writer nothing.
-		n, busy, err := 0, time.Duration(0), error(nil)
-		if lag, lerr := db.hasUnindexed(ctx); lerr != nil || lag {
+		n, busy, more, err := 0, time.Duration(0), false, error(nil)
+		switch lag, lerr := db.hasUnindexed(ctx); {
+		case lerr != nil || lag:
 			n, busy, err = db.indexBatch(ctx, limit)
+			quiet, mergeable = false, true
+			if n == limit {
+				more, limit = true, nextIndexBatch(limit, busy)
+			}
+		case quiet && mergeable:
+			// Nothing came in for a whole poll: do the merging automerge leaves for later.
+			mergeable, err = db.mergeIndex(ctx)
+			more = mergeable
+		default:
+			quiet = true
 		}
 		if ctx.Err() != nil {
 			return
@@ -68,14 +83,45 @@ func (db *DB) indexSteps(stop <-chan struct{}) {
 			db.log.Warn("storage: search index", "err", err)
 		}
 		rest := indexPoll
-		if n == limit {
+		if more {
 			rest = max(2*time.Since(start), time.Millisecond)
-			limit = nextIndexBatch(limit, busy)
 		}
 		if !wait(rest) {
 			return
 		}
 	}
+}
+
+// indexMergePages is how much one idle merge writes at most (FTS5 leaf pages of about
+// 4 KB): a few milliseconds of the writer's time.
+const indexMergePages = 256
+
+// mergeIndex merges segments of the search index where a level has four or more (FTS5's
+// usermerge), writing about indexMergePages pages, and reports whether there was anything
+// to merge. The indexer calls it when no step has come in for a poll: FTS5 merges a level
+// only at 16 segments while steps are indexed (see migration 009), which keeps indexing
+// cheap under load, and searches read fewer segments once the guardian is idle.
+func (db *DB) mergeIndex(ctx context.Context) (did bool, err error) {
+	_, err = db.execAlone(ctx, func(tx *sql.Tx) error {
+		// FTS5's own test for work done: its merge changes at least two rows.
+		var before, after int64
+		if err := tx.QueryRow(`SELECT total_changes()`).Scan(&before); err != nil {
+			return fmt.Errorf("count changes: %w", err)
+		}
+		if _, err := tx.Exec(`INSERT INTO step_search (step_search, rank) VALUES ('merge', ?)`,
+			indexMergePages); err != nil {
+			return fmt.Errorf("merge: %w", err)
+		}
+		if err := tx.QueryRow(`SELECT total_changes()`).Scan(&after); err != nil {
+			return fmt.Errorf("count changes: %w", err)
+		}
+		did = after-before >= 2
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("storage: search index: %w", err)
+	}
+	return did, nil
 }
 
 // nextIndexBatch sizes the batch after a full one of limit steps that kept the writer busy
