@@ -66,11 +66,8 @@ func TestSearchIndexCatchesUp(t *testing.T) {
 		rec.Text = fmt.Sprint("word", i)
 		save(t, db, rec)
 	}
-	require.NoError(t, db.Flush(ctx))
 	// A batch at a time, in seq order: what is not indexed yet is counted as lag.
-	n, err := db.IndexBatch(ctx, 500)
-	require.NoError(t, err)
-	require.Equal(t, 500, n)
+	storeAndIndex(t, db, 500, 500)
 	page, err := db.Search(ctx, record.SearchQuery{Text: "word599"})
 	require.NoError(t, err)
 	require.Empty(t, page.Steps)
@@ -148,6 +145,16 @@ func TestNextIndexBatch(t *testing.T) {
 	}
 }
 
+// storeAndIndex stores the journaled steps, then indexes a batch of up to limit of them,
+// which must be want steps.
+func storeAndIndex(t *testing.T, db *DB, limit, want int) {
+	t.Helper()
+	require.NoError(t, db.Flush(context.Background()))
+	n, err := db.IndexBatch(context.Background(), limit)
+	require.NoError(t, err)
+	require.Equal(t, want, n)
+}
+
 // segments counts the search index's segments.
 func segments(t *testing.T, db *DB) int {
 	t.Helper()
@@ -167,10 +174,7 @@ func TestIndexMergesWhenIdle(t *testing.T) {
 			rec.Text = fmt.Sprintf("needle word%d", b)
 			save(t, db, rec)
 		}
-		require.NoError(t, db.Flush(ctx))
-		n, err := db.IndexBatch(ctx, 100)
-		require.NoError(t, err)
-		require.Equal(t, 5, n)
+		storeAndIndex(t, db, 100, 5)
 	}
 	before := segments(t, db)
 	require.Greater(t, before, 8, "automerge at 16 leaves the segments for the idle merge")
