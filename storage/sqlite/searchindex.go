@@ -101,8 +101,9 @@ const indexMergePages = 256
 // to merge. The indexer calls it when no step has come in for a poll: FTS5 merges a level
 // only at 16 segments while steps are indexed (see migration 009), which keeps indexing
 // cheap under load, and searches read fewer segments once the guardian is idle.
-func (db *DB) mergeIndex(ctx context.Context) (did bool, err error) {
-	_, err = db.execAlone(ctx, func(tx *sql.Tx) error {
+func (db *DB) mergeIndex(ctx context.Context) (bool, error) {
+	var did bool // the writer's to set, as indexBatch's n
+	_, err := db.execAlone(ctx, func(tx *sql.Tx) error {
 		// FTS5's own test for work done: its merge changes at least two rows.
 		var before, after int64
 		if err := tx.QueryRow(`SELECT total_changes()`).Scan(&before); err != nil {
@@ -144,9 +145,12 @@ func (db *DB) IndexBatch(ctx context.Context, limit int) (int, error) {
 
 // indexBatch is IndexBatch that also reports how long its transaction kept the writer busy,
 // commit included (not its wait for the writer).
-func (db *DB) indexBatch(ctx context.Context, limit int) (n int, busy time.Duration, err error) {
+func (db *DB) indexBatch(ctx context.Context, limit int) (int, time.Duration, error) {
+	// n is the writer's to set, and read only once it has: when ctx ends first, the writer
+	// may still be running the function.
+	var n int
 	// Alone: it indexes what is stored, and must not hurry the journal's ingestion.
-	busy, err = db.execAlone(ctx, func(tx *sql.Tx) error {
+	busy, err := db.execAlone(ctx, func(tx *sql.Tx) error {
 		var upto, last int64
 		if err := tx.QueryRow(`SELECT upto FROM search_progress WHERE id = 1`).Scan(&upto); err != nil {
 			return fmt.Errorf("read progress: %w", err)
