@@ -24,9 +24,10 @@ import (
 //
 // A batch is sized by time, not by count: each write of the index adds a segment that FTS5
 // later merges, so a step like the load benchmark's cost 12.2 µs of CPU to index in batches
-// of 256 and 10.4 µs in batches sized this way (BenchmarkStepCPU, 400,000 steps). Batches grow while they take less
-// than indexBatchTime in the writer and shrink when they take more (long texts), so that a
-// hold's decision or the journal's ingestion waits behind the index for at most about that.
+// of 256 and 10.4 µs in batches sized this way (BenchmarkStepCPU, 400,000 steps). Batches
+// grow while they take less than indexBatchTime in the writer and shrink when they take
+// more (long texts), so that a hold's decision or the journal's ingestion waits behind the
+// index for at most about that.
 const (
 	indexBatchMin  = 128
 	indexBatchMax  = 4096
