@@ -1,7 +1,6 @@
 package guardian
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,8 +24,9 @@ const maxPreviewBytes = 1 << 20
 // or a batch of them answered in order (at most Config.MaxBatch), each answered with an AOS
 // result whose decision may also be "hold" (a preview never waits) and whose data carries
 // "preview": true, the deciding "ruleId" and every "matchedRules" entry (rule errors
-// included), so a caller can tell a clean deny from a rule that failed to evaluate. The step must be one its sender could send to /aos: the
-// same header checks, agent scope and session ownership apply.
+// included), so a caller can tell a clean deny from a rule that failed to evaluate. The
+// step must be one its sender could send to /aos: the same header checks, agent scope and
+// session ownership apply.
 func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -63,23 +63,17 @@ func (g *Guardian) handlePreview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(msgs) > g.cfg.MaxBatch {
-		writeRPC(w, http.StatusOK, errorResponse(nil, &aos.Error{Code: aos.CodeInvalidRequest,
-			Message: fmt.Sprintf("invalid request: a batch may hold at most %d requests, got %d", g.cfg.MaxBatch, len(msgs)),
-			Data:    map[string]any{"field": "batch", "limit": g.cfg.MaxBatch}}))
+		writeRPC(w, http.StatusOK, errorResponse(nil, g.batchTooLong(len(msgs))))
 		return
 	}
 	// A batch is one question per element, answered in order: a gateway asks about every
 	// tool of a tools/list answer at once, in one request against its rate limit.
-	var buf bytes.Buffer
-	buf.WriteByte('[')
+	out := make([]json.RawMessage, len(msgs))
 	for i, m := range msgs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(g.previewOne(r, m))
+		out[i] = g.previewOne(r, m)
 	}
-	buf.WriteByte(']')
-	writeRPC(w, http.StatusOK, buf.Bytes())
+	answer, _ := joinAnswers(out)
+	writeRPC(w, http.StatusOK, answer)
 }
 
 // previewOne answers one request of a preview: the JSON-RPC response, a result or an error.

@@ -54,10 +54,7 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if batch && len(msgs) > g.cfg.MaxBatch {
-		writeRPC(w, http.StatusOK, errorResponse(nil, &aos.Error{
-			Code:    aos.CodeInvalidRequest,
-			Message: fmt.Sprintf("invalid request: a batch may hold at most %d requests, got %d", g.cfg.MaxBatch, len(msgs)),
-			Data:    map[string]any{"field": "batch", "limit": g.cfg.MaxBatch}}))
+		writeRPC(w, http.StatusOK, errorResponse(nil, g.batchTooLong(len(msgs))))
 		return
 	}
 	var keyID, keyAgent string
@@ -90,9 +87,26 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	wg.Wait()
+	answer, n := joinAnswers(out)
+	if n == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeRPC(w, http.StatusOK, answer)
+}
+
+// batchTooLong is the error for a batch of n requests, more than Config.MaxBatch.
+func (g *Guardian) batchTooLong(n int) *aos.Error {
+	return &aos.Error{Code: aos.CodeInvalidRequest,
+		Message: fmt.Sprintf("invalid request: a batch may hold at most %d requests, got %d", g.cfg.MaxBatch, n),
+		Data:    map[string]any{"field": "batch", "limit": g.cfg.MaxBatch}}
+}
+
+// joinAnswers is a batch's answer: the JSON array of the responses in out, in order,
+// leaving out the nil ones (notifications); n counts those it holds.
+func joinAnswers(out []json.RawMessage) (answer []byte, n int) {
 	var buf bytes.Buffer
 	buf.WriteByte('[')
-	n := 0
 	for _, o := range out {
 		if o == nil {
 			continue
@@ -104,11 +118,7 @@ func (g *Guardian) handleAOS(w http.ResponseWriter, r *http.Request) {
 		n++
 	}
 	buf.WriteByte(']')
-	if n == 0 {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	writeRPC(w, http.StatusOK, buf.Bytes())
+	return buf.Bytes(), n
 }
 
 // headerError is a request refused on its headers, before its body is read.
