@@ -188,25 +188,15 @@ func fieldLiterals(field ast.Node, lits []string, folded bool) (litGroup, bool) 
 	return g, true
 }
 
-// litFieldOf is fieldOf, and also inputs.NAME as the guards read it (guardText): the
-// input's text, "" when the step has no such input.
+// litFieldOf is fieldOf, and also inputs.NAME as the guards read it (inputText).
 func litFieldOf(n ast.Node) (string, func(*Env) string, bool) {
 	if name, get, ok := fieldOf(n); ok {
 		return name, get, true
 	}
-	m, ok := n.(*ast.MemberNode)
-	if !ok || m.Method || !isIdent(m.Node, "inputs") {
-		return "", nil, false
+	if input, get, ok := inputText(n); ok {
+		return "inputs." + input, get, true
 	}
-	p, ok := m.Property.(*ast.StringNode)
-	if !ok {
-		return "", nil, false
-	}
-	input := p.Value
-	return "inputs." + input, func(e *Env) string {
-		e.fill(readsInputs)
-		return toText(e.Inputs[input])
-	}, true
+	return "", nil, false
 }
 
 // litSpecial reports whether s has a rune that strings.ToLower or the regexp's case

@@ -363,19 +363,28 @@ func guardText(n ast.Node, cache *regexCache) (strFn, int, bool) {
 	if f, c, ok := guardStr(n, cache); ok {
 		return f, c, true
 	}
+	if _, f, ok := inputText(n); ok {
+		return f, costField, true
+	}
+	return nil, 0, false
+}
+
+// inputText recognises inputs.NAME and reads it as the text helpers do: the input's value
+// as text, "" when the step has no such input; the inputs are built on first use.
+func inputText(n ast.Node) (name string, get strFn, ok bool) {
 	m, ok := n.(*ast.MemberNode)
 	if !ok || m.Method || !isIdent(m.Node, "inputs") {
-		return nil, 0, false
+		return "", nil, false
 	}
 	p, ok := m.Property.(*ast.StringNode)
 	if !ok {
-		return nil, 0, false
+		return "", nil, false
 	}
-	name := p.Value
-	return func(e *Env) string {
+	name = p.Value
+	return name, func(e *Env) string {
 		e.fill(readsInputs)
 		return toText(e.Inputs[name])
-	}, costField, true
+	}, true
 }
 
 // isNowCall recognises now.Weekday() and now.Month().
