@@ -111,15 +111,7 @@ func literalsOf(n ast.Node, cache *regexCache) (litGroup, bool) {
 			if err != nil {
 				return g, false
 			}
-			pre := requiredLiterals(src)
-			if pre == nil {
-				return g, false
-			}
-			lits := make([]string, len(pre))
-			for i, l := range pre {
-				lits[i] = l.s
-			}
-			return fieldLiterals(x.Arguments[1], lits, false)
+			return requiredIn(x.Arguments[1], requiredLiterals(src))
 		case "icontains":
 			lit, ok := x.Arguments[1].(*ast.StringNode)
 			if !ok {
@@ -150,11 +142,20 @@ func literalsOf(n ast.Node, cache *regexCache) (litGroup, bool) {
 // form occurs in the lower-cased text.
 func regexpLiterals(field ast.Node, pattern string, cache *regexCache) (litGroup, bool) {
 	en := cache.entry(pattern)
-	if en.err != nil || en.pre == nil {
+	if en.err != nil {
 		return litGroup{}, false
 	}
-	lits := make([]string, len(en.pre))
-	for i, l := range en.pre {
+	return requiredIn(field, en.pre)
+}
+
+// requiredIn is the literal group of a regexp's required literals pre (nil: none known)
+// in field.
+func requiredIn(field ast.Node, pre []literal) (litGroup, bool) {
+	if pre == nil {
+		return litGroup{}, false
+	}
+	lits := make([]string, len(pre))
+	for i, l := range pre {
 		lits[i] = l.s
 	}
 	return fieldLiterals(field, lits, false)
