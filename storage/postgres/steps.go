@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,20 +17,16 @@ import (
 // stepArgs is a step validated and encoded on the caller's goroutine, so the committers
 // only send it.
 type stepArgs struct {
-	sessionID, turnID, stepID, method, kind string
-	agentID, agentName, userID, keyID, tool string
-	decision                                string
-	receivedAt                              int64
-	request, response                       *string
-	matchedRules                            string
-	latencyMicros                           int64
-	text                                    string
-	held                                    bool
-	search                                  string
+	storage.SessionStep
+	turnID, stepID, kind, tool string
+	request, response          *string
+	matchedRules               string
+	latencyMicros              int64
+	text                       string
+	held                       bool
+	search                     string
 	// peers is the JSON of the step's client and server, "" for none.
 	peers string
-	// The client and server the step names to its session; "" when it names none.
-	clientName, clientVersion, serverName, serverVersion string
 }
 
 type stepReq struct {
@@ -77,8 +72,7 @@ type stepPeers struct {
 	Server *record.Peer `json:"server,omitempty"`
 }
 
-// setPeers fills a's peers from rec: the JSON a read returns, and the client and server
-// the session keeps. A peer without a name names nothing (the session keeps what it knows).
+// setPeers sets a's peers to the JSON of rec's client and server that a read returns.
 func (a *stepArgs) setPeers(rec *record.StepRecord) error {
 	if rec.Client != nil || rec.Server != nil {
 		b, err := json.Marshal(stepPeers{Client: rec.Client, Server: rec.Server})
@@ -86,12 +80,6 @@ func (a *stepArgs) setPeers(rec *record.StepRecord) error {
 			return fmt.Errorf("storage: encode peers: %w", err)
 		}
 		a.peers = string(b)
-	}
-	if rec.Client != nil && rec.Client.Name != "" {
-		a.clientName, a.clientVersion = rec.Client.Name, rec.Client.Version
-	}
-	if rec.Server != nil && rec.Server.Name != "" {
-		a.serverName, a.serverVersion = rec.Server.Name, rec.Server.Version
 	}
 	return nil
 }
@@ -119,10 +107,8 @@ func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
 		return fmt.Errorf("storage: encode matched rules: %w", err)
 	}
 	a := &stepArgs{
-		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID, method: rec.Method,
-		kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName, userID: rec.UserID,
-		keyID: rec.KeyID, tool: rec.Tool, decision: rec.Decision,
-		receivedAt: rec.ReceivedAt.UnixNano(), request: nullText(rec.Request),
+		SessionStep: storage.SessionStepOf(rec), turnID: rec.TurnID, stepID: rec.StepID,
+		kind: rec.Kind, tool: rec.Tool, request: nullText(rec.Request),
 		response: nullText(rec.Response), matchedRules: string(rules),
 		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
 		search: searchDoc(rec),
@@ -222,9 +208,9 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 	)
 	for i, r := range batch {
 		a := r.a
-		sids[i], turns[i], stepIDs[i], methods[i], kinds[i] = a.sessionID, a.turnID, a.stepID, a.method, a.kind
-		agents[i], names[i], users[i], keys[i], tools[i], decisions[i] = a.agentID, a.agentName, a.userID, a.keyID, a.tool, a.decision
-		received[i], latency[i] = a.receivedAt, a.latencyMicros
+		sids[i], turns[i], stepIDs[i], methods[i], kinds[i] = a.SessionID, a.turnID, a.stepID, a.Method, a.kind
+		agents[i], names[i], users[i], keys[i], tools[i], decisions[i] = a.AgentID, a.AgentName, a.UserID, a.KeyID, a.tool, a.Decision
+		received[i], latency[i] = a.ReceivedAt, a.latencyMicros
 		requests[i], responses[i] = a.request, a.response
 		rules[i], texts[i], docs[i], held[i], peers[i] = a.matchedRules, a.text, a.search, a.held, a.peers
 	}
@@ -278,59 +264,18 @@ func (db *DB) commitSteps(batch []*stepReq) error {
 	}
 }
 
-// sessionDelta sums what a batch's steps of one session change in its summary.
-type sessionDelta struct {
-	id, agentID, agentName, userID, keyID string
-	agentSeq, keySeq                      int64
-	first, last                           int64 // received_at
-	lastSeq                               int64
-	lastMethod                            string
-	steps                                 int64
-	decisions                             map[string]int64
-	// The newest client and server named (name and version together), and their steps' seqs.
-	clientName, clientVersion, serverName, serverVersion string
-	clientSeq, serverSeq                                 int64
-}
-
-func (d *sessionDelta) add(a *stepArgs, seq int64) {
-	if d.steps == 0 {
-		d.first, d.last = a.receivedAt, a.receivedAt
-	}
-	d.steps++
-	d.first, d.last = min(d.first, a.receivedAt), max(d.last, a.receivedAt)
-	if seq > d.lastSeq {
-		d.lastSeq, d.lastMethod = seq, a.method
-		d.agentName = cmp.Or(a.agentName, d.agentName)
-		d.userID = cmp.Or(a.userID, d.userID)
-	}
-	if a.clientName != "" && seq > d.clientSeq {
-		d.clientName, d.clientVersion, d.clientSeq = a.clientName, a.clientVersion, seq
-	}
-	if a.serverName != "" && seq > d.serverSeq {
-		d.serverName, d.serverVersion, d.serverSeq = a.serverName, a.serverVersion, seq
-	}
-	// The owners are the oldest step's that names one, as the upsert keeps the first.
-	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
-		d.agentID, d.agentSeq = a.agentID, seq
-	}
-	if a.keyID != "" && (d.keyID == "" || seq < d.keySeq) {
-		d.keyID, d.keySeq = a.keyID, seq
-	}
-	d.decisions[a.decision]++
-}
-
 // queueSessions queues one upsert of every session the batch's steps belong to. Rows go in
 // id order, so that two transactions locking the same sessions lock them in one order.
 // seqs are relative to the batch (1..n); the statement adds the batch's base.
 func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64, n int) {
-	deltas := map[string]*sessionDelta{}
+	deltas := map[string]*storage.SessionDelta{}
 	for i, r := range batch {
-		d := deltas[r.a.sessionID]
+		d := deltas[r.a.SessionID]
 		if d == nil {
-			d = &sessionDelta{id: r.a.sessionID, decisions: map[string]int64{}}
-			deltas[r.a.sessionID] = d
+			d = &storage.SessionDelta{}
+			deltas[r.a.SessionID] = d
 		}
-		d.add(r.a, seqs[i])
+		d.Add(&r.a.SessionStep, seqs[i])
 	}
 	ids := make([]string, 0, len(deltas))
 	for id := range deltas {
@@ -346,10 +291,14 @@ func queueSessions(b *pgx.Batch, batch []*stepReq, seqs []int64, n int) {
 	)
 	for i, id := range ids {
 		d := deltas[id]
-		agents[i], keys[i], names[i], users[i], methods[i] = d.agentID, d.keyID, d.agentName, d.userID, d.lastMethod
-		clients[i], clientVersions[i], servers[i], serverVersions[i] = d.clientName, d.clientVersion, d.serverName, d.serverVersion
-		first[i], last[i], lastSeq[i], steps[i] = d.first, d.last, d.lastSeq, d.steps
-		js, _ := json.Marshal(d.decisions) // a map of strings to ints always marshals
+		agents[i], keys[i], names[i], users[i], methods[i] = d.AgentID, d.KeyID, d.AgentName, d.UserID, d.LastMethod
+		clients[i], clientVersions[i], servers[i], serverVersions[i] = d.ClientName, d.ClientVersion, d.ServerName, d.ServerVersion
+		first[i], last[i], lastSeq[i], steps[i] = d.First, d.Last, d.LastSeq, d.Steps
+		counts := make(map[string]int64, len(d.Decisions))
+		for _, c := range d.Decisions {
+			counts[c.Decision] = c.N
+		}
+		js, _ := json.Marshal(counts) // a map of strings to ints always marshals
 		decisions[i] = string(js)
 	}
 	b.Queue(sqlUpsertSessions, ids, agents, keys, names, users, first, last, lastSeq, steps, methods, decisions, n,

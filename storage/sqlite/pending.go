@@ -66,7 +66,7 @@ func (db *DB) reject(steps []rejectedStep) {
 	}
 	for _, r := range steps {
 		db.log.Error("storage: step refused by the database; set aside",
-			"seq", r.seq, "session", r.args.sessionID, "file", path, "err", r.err)
+			"seq", r.seq, "session", r.args.SessionID, "file", path, "err", r.err)
 		if f != nil {
 			if _, err := f.Write(append(r.json[:len(r.json):len(r.json)], '\n')); err != nil {
 				db.log.Error("storage: write rejected step", "seq", r.seq, "err", err)

@@ -231,15 +231,6 @@ func TestSessionOwnersAreTheFirstToClaim(t *testing.T) {
 	require.Equal(t, "key_a", s.KeyID)
 	require.Equal(t, "B", s.AgentName)
 
-	// Steps of one session ingested in one batch, in any order: the oldest naming an owner
-	// wins there too.
-	var d sessionDelta
-	d.add(&stepArgs{sessionID: "b", decision: "allow", agentID: "agent-later", keyID: "key_later"}, 12)
-	d.add(&stepArgs{sessionID: "b", decision: "allow"}, 10)
-	d.add(&stepArgs{sessionID: "b", decision: "allow", agentID: "agent-first", keyID: "key_first"}, 11)
-	require.Equal(t, "agent-first", d.agentID)
-	require.Equal(t, "key_first", d.keyID)
-
 	// The owners and each step's key survive a restart.
 	require.NoError(t, db.Close())
 	db, err = Open(ctx, path, Options{})
@@ -286,13 +277,6 @@ func TestSessionPeers(t *testing.T) {
 	require.Len(t, page.Sessions, 1)
 	require.Equal(t, &record.Peer{Name: "inspector", Version: "1.0"}, page.Sessions[0].Client)
 	require.Equal(t, &record.Peer{Name: "everything-next"}, page.Sessions[0].Server, "the version goes with its name")
-
-	// Steps of one session ingested in one batch, in any order: the newest naming one wins.
-	var d sessionDelta
-	d.add(&stepArgs{sessionID: "b", decision: "allow", serverName: "new", serverVersion: "2"}, 12)
-	d.add(&stepArgs{sessionID: "b", decision: "allow", serverName: "old", serverVersion: "1", clientName: "c"}, 10)
-	d.add(&stepArgs{sessionID: "b", decision: "allow"}, 13)
-	require.Equal(t, []string{"new", "2", "c"}, []string{d.serverName, d.serverVersion, d.clientName})
 
 	// A session of other steps has neither, and everything survives a restart.
 	save(t, db, step("plain", "allow", 0))

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -62,19 +61,15 @@ const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, 
 // writer never touches the caller's record and the JSON work happens on the caller's
 // goroutine, in parallel, rather than on the single writer.
 type stepArgs struct {
-	sessionID, turnID, stepID, method, kind string
-	agentID, agentName, userID, tool        string
-	keyID                                   string
-	decision                                string
-	receivedAt                              int64
-	request, response                       any // string or nil (NULL)
-	matchedRules                            string
-	latencyMicros                           int64
-	text                                    string
-	held                                    bool
+	storage.SessionStep
+	turnID, stepID, kind, tool string
+	request, response          any // string or nil (NULL)
+	matchedRules               string
+	latencyMicros              int64
+	text                       string
+	held                       bool
 	// peers is the JSON of the step's client and server, "" for none.
-	peers                                                string
-	clientName, clientVersion, serverName, serverVersion string
+	peers string
 }
 
 // SaveStep stores rec and its "step" event, updates the session summary, sets rec.Seq and
@@ -149,11 +144,9 @@ func stepArgsOf(rec *record.StepRecord) (*stepArgs, error) {
 		return nil, fmt.Errorf("storage: encode matched rules: %w", err)
 	}
 	a := &stepArgs{
-		sessionID: rec.SessionID, turnID: rec.TurnID, stepID: rec.StepID,
-		method: rec.Method, kind: rec.Kind, agentID: rec.AgentID, agentName: rec.AgentName,
-		userID: rec.UserID, tool: rec.Tool, decision: rec.Decision,
-		receivedAt: rec.ReceivedAt.UnixNano(), matchedRules: string(rules),
-		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held, keyID: rec.KeyID,
+		SessionStep: storage.SessionStepOf(rec), turnID: rec.TurnID, stepID: rec.StepID,
+		kind: rec.Kind, tool: rec.Tool, matchedRules: string(rules),
+		latencyMicros: rec.LatencyMicros, text: rec.Text, held: rec.Held,
 	}
 	if rec.Client != nil || rec.Server != nil {
 		b, err := json.Marshal(stepPeers{Client: rec.Client, Server: rec.Server})
@@ -161,13 +154,6 @@ func stepArgsOf(rec *record.StepRecord) (*stepArgs, error) {
 			return nil, fmt.Errorf("storage: encode peers: %w", err)
 		}
 		a.peers = string(b)
-	}
-	// A peer without a name names nothing (the session keeps what it knows).
-	if rec.Client != nil && rec.Client.Name != "" {
-		a.clientName, a.clientVersion = rec.Client.Name, rec.Client.Version
-	}
-	if rec.Server != nil && rec.Server.Name != "" {
-		a.serverName, a.serverVersion = rec.Server.Name, rec.Server.Version
 	}
 	return a, nil
 }
@@ -194,84 +180,32 @@ func (a *stepArgs) insert(b *batchTx, seq int64) error {
 	if err := a.insertRow(b, seq); err != nil {
 		return err
 	}
-	var d sessionDelta
-	d.add(a, seq)
-	return d.apply(b)
+	var d storage.SessionDelta
+	d.Add(&a.SessionStep, seq)
+	return applyDelta(b, &d)
 }
 
-// insertRow writes the step's event and row, leaving the session summary to a sessionDelta.
+// insertRow writes the step's event and row, leaving the session summary to a SessionDelta.
 func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
-	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.sessionID, a.receivedAt); err != nil {
+	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.SessionID, a.ReceivedAt); err != nil {
 		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
 	}
-	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.sessionID, a.turnID, a.stepID,
-		a.method, a.kind, a.agentID, a.agentName, a.userID, a.tool, a.decision, a.receivedAt,
-		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.keyID, a.peers); err != nil {
+	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.SessionID, a.turnID, a.stepID,
+		a.Method, a.kind, a.AgentID, a.AgentName, a.UserID, a.tool, a.Decision, a.ReceivedAt,
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	return nil
 }
 
-// sessionDelta sums what a transaction's steps of one session change in its summary, so
-// that the summary row is written once per decision rather than once per step.
-type sessionDelta struct {
-	id, agentID, agentName, userID string
-	keyID                          string
-	// agentSeq and keySeq are the seqs of the steps agentID and keyID came from.
-	agentSeq, keySeq int64
-	first, last      int64 // received_at
-	lastSeq          int64
-	lastMethod       string
-	decisions        []decisionCount
-	// The newest client and server named (name and version together).
-	clientName, clientVersion, serverName, serverVersion string
-	clientSeq, serverSeq                                 int64
-}
-
-type decisionCount struct {
-	decision string
-	n        int64
-}
-
-func (d *sessionDelta) add(a *stepArgs, seq int64) {
-	if d.id == "" {
-		d.id, d.first, d.last = a.sessionID, a.receivedAt, a.receivedAt
-	}
-	d.first, d.last = min(d.first, a.receivedAt), max(d.last, a.receivedAt)
-	if seq > d.lastSeq {
-		d.lastSeq, d.lastMethod = seq, a.method
-		// The newest step naming a name or user wins, as it would step by step.
-		d.agentName = cmp.Or(a.agentName, d.agentName)
-		d.userID = cmp.Or(a.userID, d.userID)
-	}
-	if a.clientName != "" && seq > d.clientSeq {
-		d.clientName, d.clientVersion, d.clientSeq = a.clientName, a.clientVersion, seq
-	}
-	if a.serverName != "" && seq > d.serverSeq {
-		d.serverName, d.serverVersion, d.serverSeq = a.serverName, a.serverVersion, seq
-	}
-	// The owners are the oldest step's that names one, as the upsert keeps the first.
-	if a.agentID != "" && (d.agentID == "" || seq < d.agentSeq) {
-		d.agentID, d.agentSeq = a.agentID, seq
-	}
-	if a.keyID != "" && (d.keyID == "" || seq < d.keySeq) {
-		d.keyID, d.keySeq = a.keyID, seq
-	}
-	for i := range d.decisions {
-		if d.decisions[i].decision == a.decision {
-			d.decisions[i].n++
-			return
-		}
-	}
-	d.decisions = append(d.decisions, decisionCount{a.decision, 1})
-}
-
-func (d *sessionDelta) apply(b *batchTx) error {
-	for _, c := range d.decisions {
-		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.id, d.agentID, d.agentName, d.userID,
-			d.first, d.last, d.lastSeq, c.n, d.lastMethod, c.decision, `$."`+c.decision+`"`, d.keyID,
-			d.clientName, d.clientVersion, d.serverName, d.serverVersion); err != nil {
-			return fmt.Errorf("storage: update session %q: %w", d.id, err)
+// applyDelta writes a transaction's steps of one session into its summary: one upsert per
+// decision, since each adds to its own count in the decisions JSON.
+func applyDelta(b *batchTx, d *storage.SessionDelta) error {
+	for _, c := range d.Decisions {
+		if _, err := b.stmt(b.stmts.upsertSession).Exec(d.ID, d.AgentID, d.AgentName, d.UserID,
+			d.First, d.Last, d.LastSeq, c.N, d.LastMethod, c.Decision, `$."`+c.Decision+`"`, d.KeyID,
+			d.ClientName, d.ClientVersion, d.ServerName, d.ServerVersion); err != nil {
+			return fmt.Errorf("storage: update session %q: %w", d.ID, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"cmp"
 	"context"
@@ -398,7 +399,7 @@ func (db *DB) lead(own *jrec) {
 		}
 		db.pending = append(db.pending, pendingStep{seq: r.seq, args: r.args, json: r.payload})
 		db.pendingBytes += len(r.payload)
-		db.pendSessions[r.args.sessionID]++
+		db.pendSessions[r.args.SessionID]++
 	}
 	if err == nil {
 		if db.pendingN.Add(int64(len(batch))) == int64(len(batch)) {
@@ -550,10 +551,10 @@ func (db *DB) runOthers(ops []*op) error {
 // forget drops the marks of steps now in SQLite. jmu must be held.
 func (db *DB) forget(steps []pendingStep) {
 	for _, p := range steps {
-		if n := db.pendSessions[p.args.sessionID] - 1; n > 0 {
-			db.pendSessions[p.args.sessionID] = n
+		if n := db.pendSessions[p.args.SessionID] - 1; n > 0 {
+			db.pendSessions[p.args.SessionID] = n
 		} else {
-			delete(db.pendSessions, p.args.sessionID)
+			delete(db.pendSessions, p.args.SessionID)
 		}
 	}
 	db.pendingN.Add(-int64(len(steps)))
@@ -714,23 +715,23 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 
 // ingestTx copies steps into the transaction, then updates each session's summary once.
 func ingestTx(b *batchTx, steps []pendingStep) error {
-	deltas := make(map[string]*sessionDelta)
-	var order []*sessionDelta
+	deltas := make(map[string]*storage.SessionDelta)
+	var order []*storage.SessionDelta
 	for i := range steps {
 		p := &steps[i]
 		if err := p.args.insertRow(b, p.seq); err != nil {
 			return err
 		}
-		d := deltas[p.args.sessionID]
+		d := deltas[p.args.SessionID]
 		if d == nil {
-			d = &sessionDelta{}
-			deltas[p.args.sessionID] = d
+			d = &storage.SessionDelta{}
+			deltas[p.args.SessionID] = d
 			order = append(order, d)
 		}
-		d.add(p.args, p.seq)
+		d.Add(&p.args.SessionStep, p.seq)
 	}
 	for _, d := range order {
-		if err := d.apply(b); err != nil {
+		if err := applyDelta(b, d); err != nil {
 			return err
 		}
 	}
@@ -765,7 +766,7 @@ func (db *DB) salvage(steps []pendingStep) error {
 			// a marker keeps it, and tells readers of the event log why the step is missing.
 			marker, _ := json.Marshal(map[string]string{"error": opErr.Error()})
 			if _, err := b.stmt(b.stmts.insertMarker).Exec(p.seq, record.EventStepRejected,
-				p.args.sessionID, p.args.receivedAt, string(marker)); err != nil && !isConstraint(err) {
+				p.args.SessionID, p.args.ReceivedAt, string(marker)); err != nil && !isConstraint(err) {
 				// (A constraint here means the seq is stored already: nothing can take it.)
 				_ = tx.Rollback()
 				return fmt.Errorf("storage: keep the seq of refused step %d: %w", p.seq, err)
