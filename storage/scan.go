@@ -123,3 +123,42 @@ func ScanRuleVersion(sc Scanner, id string) (record.RuleVersion, error) {
 	v.Rule.ID, v.Rule.Version, v.Rule.UpdatedAt = id, v.Version, v.SavedAt
 	return v, nil
 }
+
+// Rows are a query's rows: *sql.Rows and pgx.Rows both are.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// ScanSearchPage reads a step search's rows, newest first, into a page of at most limit
+// hits with their snippets around terms; the query asks for limit+1 rows, the last of which
+// only says there is a next page. The columns are seq, session id, turn id, step id,
+// method, kind, agent id and name, user, tool, decision, held, received at (nanoseconds)
+// and the text to take the snippet from.
+func ScanSearchPage(rows Rows, limit int, terms []string) (record.SearchPage, error) {
+	page := record.SearchPage{Steps: []record.SearchHit{}}
+	for rows.Next() {
+		var (
+			h    record.SearchHit
+			at   int64
+			text string
+		)
+		if err := rows.Scan(&h.Seq, &h.SessionID, &h.TurnID, &h.StepID, &h.Method, &h.Kind, &h.AgentID,
+			&h.AgentName, &h.UserID, &h.Tool, &h.Decision, &h.Held, &at, &text); err != nil {
+			return record.SearchPage{}, err
+		}
+		if len(page.Steps) == limit {
+			next := page.Steps[limit-1].Seq
+			page.Next = &next
+			break
+		}
+		h.ReceivedAt = time.Unix(0, at).UTC()
+		h.Snippet = Snippet(text, terms)
+		page.Steps = append(page.Steps, h)
+	}
+	if err := rows.Err(); err != nil {
+		return record.SearchPage{}, err
+	}
+	return page, nil
+}

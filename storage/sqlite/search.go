@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -76,27 +75,8 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	defer rows.Close()
-	page := record.SearchPage{Steps: []record.SearchHit{}}
-	for rows.Next() {
-		var (
-			h    record.SearchHit
-			at   int64
-			text string
-		)
-		if err := rows.Scan(&h.Seq, &h.SessionID, &h.TurnID, &h.StepID, &h.Method, &h.Kind, &h.AgentID,
-			&h.AgentName, &h.UserID, &h.Tool, &h.Decision, &h.Held, &at, &text); err != nil {
-			return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
-		}
-		if len(page.Steps) == limit {
-			next := page.Steps[limit-1].Seq
-			page.Next = &next
-			break
-		}
-		h.ReceivedAt = time.Unix(0, at).UTC()
-		h.Snippet = storage.Snippet(text, terms)
-		page.Steps = append(page.Steps, h)
-	}
-	if err := rows.Err(); err != nil {
+	page, err := storage.ScanSearchPage(rows, limit, terms)
+	if err != nil {
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	if page.IndexLag, err = indexLag(ctx, db.r); err != nil {
