@@ -162,3 +162,35 @@ func ScanSearchPage(rows Rows, limit int, terms []string) (record.SearchPage, er
 	}
 	return page, nil
 }
+
+// MinuteWindow is the stats' per-minute window at now: the last record.StatsMinutes
+// minutes, the current one last, each with its Minute set and no counts.
+func MinuteWindow(now time.Time) []record.MinuteStats {
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // end of the current minute
+	start := end.Add(-record.StatsMinutes * time.Minute)
+	out := make([]record.MinuteStats, record.StatsMinutes)
+	for i := range out {
+		out[i].Minute = start.Add(time.Duration(i) * time.Minute)
+	}
+	return out
+}
+
+// CountMinutes adds rows of (minute index in out, outcome, count) into out, ignoring
+// minutes outside it.
+func CountMinutes(rows Rows, out []record.MinuteStats) error {
+	for rows.Next() {
+		var (
+			m       int
+			outcome string
+			n       int64
+		)
+		if err := rows.Scan(&m, &outcome, &n); err != nil {
+			return err
+		}
+		if m < 0 || m >= len(out) {
+			continue
+		}
+		out[m].Add(outcome, n)
+	}
+	return rows.Err()
+}

@@ -72,36 +72,17 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (record.Stats, error) {
 
 // perMinute counts the last StatsMinutes minutes' steps by outcome, oldest minute first.
 func perMinute(ctx context.Context, tx pgx.Tx, now time.Time) ([]record.MinuteStats, error) {
-	const minute = int64(time.Minute)
-	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
-	start := end.Add(-record.StatsMinutes * time.Minute)
-	out := make([]record.MinuteStats, record.StatsMinutes)
-	for i := range out {
-		out[i].Minute = start.Add(time.Duration(i) * time.Minute)
-	}
+	out := storage.MinuteWindow(now)
+	start, end := out[0].Minute, out[len(out)-1].Minute.Add(time.Minute)
 	rows, err := tx.Query(ctx, `SELECT ((received_at - $1) / $2)::int AS m,
 		CASE WHEN held THEN 'hold' ELSE decision END AS outcome, count(*)
 		FROM steps WHERE received_at >= $1 AND received_at < $3
-		GROUP BY m, outcome`, start.UnixNano(), minute, end.UnixNano())
+		GROUP BY m, outcome`, start.UnixNano(), int64(time.Minute), end.UnixNano())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var (
-			m        int
-			decision string
-			n        int64
-		)
-		if err := rows.Scan(&m, &decision, &n); err != nil {
-			return nil, err
-		}
-		if m < 0 || m >= record.StatsMinutes {
-			continue
-		}
-		out[m].Add(decision, n)
-	}
-	return out, rows.Err()
+	return out, storage.CountMinutes(rows, out)
 }
 
 func queryInto[T any](ctx context.Context, tx pgx.Tx, dst *[]T, fields func(*T) []any, query string, args ...any) error {

@@ -73,14 +73,9 @@ func (db *DB) Stats(ctx context.Context, now time.Time) (record.Stats, error) {
 // perMinute counts steps by decision for each of the last 60 minutes, zeros included: from
 // the in-memory counts when they cover the window, else from the index.
 func (db *DB) perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]record.MinuteStats, error) {
-	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
-	start := end.Add(-record.StatsMinutes * time.Minute)
 	if db.minutes != nil {
-		out := make([]record.MinuteStats, record.StatsMinutes)
-		for i := range out {
-			out[i].Minute = start.Add(time.Duration(i) * time.Minute)
-		}
-		if db.minutes.window(start, out) {
+		out := storage.MinuteWindow(now)
+		if db.minutes.window(out[0].Minute, out) {
 			return out, nil
 		}
 	}
@@ -91,36 +86,17 @@ func (db *DB) perMinute(ctx context.Context, tx *sql.Tx, now time.Time) ([]recor
 // decision) index finds them; held needs the row). It runs when the in-memory counts do not
 // cover the window: at Open, to seed them.
 func perMinuteQuery(ctx context.Context, tx *sql.Tx, now time.Time) ([]record.MinuteStats, error) {
-	const minute = int64(time.Minute)
-	end := now.UTC().Truncate(time.Minute).Add(time.Minute) // end of the current minute
-	start := end.Add(-record.StatsMinutes * time.Minute)
-	out := make([]record.MinuteStats, record.StatsMinutes)
-	for i := range out {
-		out[i].Minute = start.Add(time.Duration(i) * time.Minute)
-	}
+	out := storage.MinuteWindow(now)
+	start, end := out[0].Minute, out[len(out)-1].Minute.Add(time.Minute)
 	rows, err := tx.QueryContext(ctx, `SELECT (received_at - ?1) / ?2 AS m,
 		CASE WHEN held THEN 'hold' ELSE decision END AS outcome, count(*)
 		FROM steps WHERE received_at >= ?1 AND received_at < ?3
-		GROUP BY m, outcome`, start.UnixNano(), minute, end.UnixNano())
+		GROUP BY m, outcome`, start.UnixNano(), int64(time.Minute), end.UnixNano())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var (
-			m        int
-			decision string
-			n        int64
-		)
-		if err := rows.Scan(&m, &decision, &n); err != nil {
-			return nil, err
-		}
-		if m < 0 || m >= record.StatsMinutes {
-			continue
-		}
-		out[m].Add(decision, n)
-	}
-	return out, rows.Err()
+	return out, storage.CountMinutes(rows, out)
 }
 
 // outcome is the per-minute category of a step: "hold" when a person was asked, else its
