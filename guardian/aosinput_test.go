@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -410,4 +414,64 @@ func TestAOSGatewayHeader(t *testing.T) {
 	// Without the header an MCP step is a plain AOS one.
 	_, b = e.post(mcpCall(`"gw-1"`))
 	require.NotContains(t, string(b), `"protocol"`)
+}
+
+// published keeps the steps the guardian publishes to the live stream.
+type published struct {
+	mu   sync.Mutex
+	recs []record.StepRecord
+}
+
+func (p *published) PublishStep(rec *record.StepRecord) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recs = append(p.recs, *rec)
+}
+
+// Strings with invalid UTF-8 are read as encoding/json reads them (U+FFFD), but what the
+// guardian sends back, stores and streams must be UTF-8 JSON text: a strict client, the
+// console's websocket above all, cannot read anything else (RFC 8259 §8.1, RFC 6455 §5.6).
+func TestInvalidUTF8NeverLeavesTheGuardian(t *testing.T) {
+	pub := &published{}
+	e := newEnv(t, "", guardian.Options{Publisher: pub}, guardian.Config{})
+	body := "{\"jsonrpc\":\"2.0\",\"id\":\"r\xff1\",\"method\":\"steps/message\",\"params\":{\"context\":" +
+		agentCtx(`"s-utf8"`, `"agent-1"`) +
+		",\"message\":{\"id\":\"m1\",\"role\":\"user\",\"content\":[{\"kind\":\"text\",\"text\":\"caf\xe9 \xff\xfe ok\"}]}}}"
+	status, b := e.post(body)
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, utf8.Valid(b), "answer: %q", b)
+	r := decode(t, b)
+	require.Nil(t, r.Error, string(b))
+	require.JSONEq(t, `"r`+"\uFFFD"+`1"`, string(r.ID))
+
+	// An error answer echoes the id the same way.
+	_, b = e.post("{\"jsonrpc\":\"2.0\",\"id\":\"e\xff\",\"method\":\"steps/nope\"}")
+	require.True(t, utf8.Valid(b), "error answer: %q", b)
+	require.JSONEq(t, `"e`+"\uFFFD"+`"`, string(decode(t, b).ID))
+
+	var page struct {
+		Steps []json.RawMessage `json:"steps"`
+	}
+	require.Equal(t, http.StatusOK, e.get("/api/sessions/s-utf8/steps", &page))
+	require.Len(t, page.Steps, 1)
+	var step struct {
+		Seq     int64           `json:"seq"`
+		Request json.RawMessage `json:"request"`
+	}
+	require.NoError(t, json.Unmarshal(page.Steps[0], &step))
+	resp, err := http.Get(e.srv.URL + "/api/steps/" + strconv.FormatInt(step.Seq, 10))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	require.True(t, utf8.Valid(raw), "stored step: %q", raw)
+	require.Contains(t, string(raw), "caf\uFFFD", "the text reads as a JSON decoder read it")
+
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Len(t, pub.recs, 1)
+	live, err := json.Marshal(pub.recs[0])
+	require.NoError(t, err)
+	require.True(t, utf8.Valid(live), "published step: %q", live)
 }

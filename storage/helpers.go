@@ -2,10 +2,12 @@ package storage
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // The helpers below are what both backends need and neither's database does: value
@@ -34,12 +36,20 @@ func Percentile(sorted []int64, p int) int64 {
 }
 
 // StoredJSON returns nil for an empty value (stored as NULL, read as JSON null), raw when
-// it is trusted or valid JSON, and otherwise the JSON string of its bytes.
+// it is trusted or valid JSON, and otherwise the JSON string of its bytes. Invalid UTF-8,
+// which a JSON decoder reads as U+FFFD (and json.Valid lets through), is stored as
+// U+FFFD: every read, export and live event carries the step as JSON text, which
+// must be UTF-8 (RFC 8259 §8.1; a websocket text frame even more so, RFC 6455 §5.6).
 func StoredJSON(raw json.RawMessage, trusted bool) json.RawMessage {
 	if len(raw) == 0 {
 		return nil
 	}
 	if trusted || json.Valid(raw) {
+		if !utf8.Valid(raw) {
+			// Outside strings a byte of 0x80 or more is no JSON, so the bytes replaced are
+			// inside strings, where U+FFFD keeps the text valid JSON.
+			return bytes.ToValidUTF8(raw, []byte("\uFFFD"))
+		}
 		return raw
 	}
 	s, _ := json.Marshal(string(raw)) // marshalling a string cannot fail

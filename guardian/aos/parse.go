@@ -1,10 +1,12 @@
 package aos
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Decoding a request body:
@@ -253,7 +255,7 @@ func ParseStep(msg json.RawMessage) (*Step, *Error) {
 	if params != nil && params[0] == '[' {
 		return nil, fieldError(CodeInvalidParams, "params", "must be an object, not an array")
 	}
-	s := &Step{Method: method, Kind: kind, ID: e.id, Raw: msg, Params: params}
+	s := &Step{Method: method, Kind: kind, ID: echoID(e.id), Raw: msg, Params: params}
 	if params == nil && kind != KindPing {
 		return nil, fieldError(CodeInvalidParams, "params", "required")
 	}
@@ -343,7 +345,18 @@ func IDOf(msg json.RawMessage) json.RawMessage {
 	if d.err != nil || !e.object || e.id == nil || !validID(e.id) {
 		return json.RawMessage("null")
 	}
-	return e.id
+	return echoID(e.id)
+}
+
+// echoID is the id a response echoes: the request's bytes, except that a string id with
+// invalid UTF-8 has each run of it replaced by U+FFFD, as a JSON decoder reads it. The decoder accepts
+// such strings as encoding/json does, but what Vigil sends must be valid JSON text (RFC
+// 8259 §8.1), or a strict client cannot read the answer at all.
+func echoID(id json.RawMessage) json.RawMessage {
+	if id == nil || id[0] != '"' || utf8.Valid(id) {
+		return id
+	}
+	return bytes.ToValidUTF8(id, []byte("\uFFFD"))
 }
 
 // IsNotification reports whether msg is a well-formed JSON object without an id member: a
