@@ -1,6 +1,7 @@
 package aos
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -943,12 +944,42 @@ func (d *decoder) toolCallRequest(t *ToolCallRequest) {
 			has |= 2
 		case "inputs":
 			t.Inputs = list(d, (*decoder).toolArgumentValue)
+			if i, j, ok := repeatedName(t.Inputs); ok && d.err == nil {
+				// The path is still the inputs member's own.
+				d.err = fieldError(d.code, d.path()+"["+strconv.Itoa(j)+"].name",
+					"repeats the name of inputs["+strconv.Itoa(i)+"]: rules read an input by its name, so two values of one name are ambiguous")
+			}
 			has |= 4
 		default:
 			d.skip()
 		}
 	}
 	d.require(has, "executionId", "toolId", "inputs")
+}
+
+// repeatedName finds the first input whose name an earlier one has: i the earlier, j the
+// later. A tool call naming an input twice is refused, since a rule reading inputs.NAME
+// sees one value while the tool may use the other.
+func repeatedName(in []ToolArgumentValue) (i, j int, ok bool) {
+	if len(in) <= 16 {
+		// A few inputs, the usual case: comparing them costs less than a map.
+		for j := 1; j < len(in); j++ {
+			for i := range j {
+				if in[i].Name == in[j].Name {
+					return i, j, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	seen := make(map[string]int, len(in))
+	for j, v := range in {
+		if i, dup := seen[v.Name]; dup {
+			return i, j, true
+		}
+		seen[v.Name] = j
+	}
+	return 0, 0, false
 }
 
 func (d *decoder) toolArgumentValue(v *ToolArgumentValue) {

@@ -287,6 +287,8 @@ func TestParseStepInvalidParams(t *testing.T) {
 		{"toolCallRequest", "params.toolCallRequest.inputs[1].value", deleted, "params.toolCallRequest.inputs[1].value", "required"},
 		{"toolCallRequest", "params.toolCallRequest.inputs[2].name", deleted, "params.toolCallRequest.inputs[2].name", "required"},
 		{"toolCallRequest", "params.toolCallRequest.inputs[0].id", 1, "params.toolCallRequest.inputs[0].id", "must be a string"},
+		{"toolCallRequest", "params.toolCallRequest.inputs[2].name", "orderId", "params.toolCallRequest.inputs[2].name", "repeats the name of inputs[0]"},
+		{"toolCallRequest", "params.toolCallRequest.inputs[2].name", "amount", "params.toolCallRequest.inputs[2].name", "repeats the name of inputs[1]"},
 		// Tool call result, both layouts.
 		{"toolCallResult", "params.executionId", deleted, "params.executionId", "required"},
 		{"toolCallResult", "params.result", deleted, "params.result", "required"},

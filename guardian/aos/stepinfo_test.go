@@ -79,10 +79,10 @@ func TestStepTextRendering(t *testing.T) {
 		map[string]any{"name": "none", "value": nil},
 		map[string]any{"name": "list", "value": []any{"x", 2}},
 		map[string]any{"name": "obj", "value": map[string]any{"b": 1, "a": "z"}},
-		map[string]any{"name": "to", "value": "override@b.example"},
+		map[string]any{"name": "cc", "value": "copy@b.example"},
 	}))
-	require.Equal(t, "to=a@b.example\nn=1000000000000000000000\nflag=true\nnone=null\nlist=[\"x\",2]\nobj={\"a\":\"z\",\"b\":1}\nto=override@b.example", s.Text())
-	require.Equal(t, "override@b.example", s.Inputs()["to"], "a repeated input name keeps the last value")
+	require.Equal(t, "to=a@b.example\nn=1000000000000000000000\nflag=true\nnone=null\nlist=[\"x\",2]\nobj={\"a\":\"z\",\"b\":1}\ncc=copy@b.example", s.Text())
+	require.Equal(t, "copy@b.example", s.Inputs()["cc"])
 
 	// Empty pieces leave no blank lines; file parts carry no text.
 	s = parse(t, mutate(t, "message", "params.message.content", []any{
