@@ -522,7 +522,7 @@ func requireVerdictsMatchVM(t *testing.T, p *Program, env *Env, label string) {
 	}
 }
 
-func TestApplyExcept(t *testing.T) {
+func TestApplyToSkipsStructure(t *testing.T) {
 	rd, err := newRedactor("pii")
 	require.NoError(t, err)
 	m := &Modification{redactors: []redactor{rd}}
@@ -532,7 +532,7 @@ func TestApplyExcept(t *testing.T) {
 		"list":    []any{map[string]any{"context": "a@b.example", "v": "a@b.example"}},
 		"labels":  map[string]string{"context": "a@b.example", "v": "a@b.example"},
 	}
-	out, n := m.ApplyExcept(doc, func(k string) bool { return k == "context" })
+	out, n := m.ApplyTo(doc, Structure{Skip: func(k string) bool { return k == "context" }})
 	require.Equal(t, 3, n)
 	require.Equal(t, map[string]any{
 		"context": map[string]any{"user": "bob@corp.example"},
@@ -540,7 +540,7 @@ func TestApplyExcept(t *testing.T) {
 		"list":    []any{map[string]any{"context": "a@b.example", "v": "[REDACTED:email]"}},
 		"labels":  map[string]string{"context": "a@b.example", "v": "[REDACTED:email]"},
 	}, out)
-	out, n = (&Modification{}).ApplyExcept(doc, nil)
+	out, n = (&Modification{}).ApplyTo(doc, Structure{})
 	require.Equal(t, doc, out)
 	require.Zero(t, n)
 }

@@ -3,8 +3,10 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -116,11 +118,22 @@ func mergeModify(hits []hit) *Modification {
 // RedactString replaces every redaction target in s with [REDACTED:kind] (or [REDACTED]
 // for a regular expression) and returns the result and the number of replacements.
 func (m *Modification) RedactString(s string) (string, int) {
+	return m.redact(s, false)
+}
+
+// redact is RedactString; named only, it uses only the named kinds (PII, secrets, URLs),
+// not the regular expressions: for an object's keys, where a credential or an address
+// used as a key is still one, while a rule's pattern for values would as easily match an
+// argument's name and leave the tool a call it cannot read.
+func (m *Modification) redact(s string, named bool) (string, int) {
 	if m == nil || len(m.redactors) == 0 || s == "" {
 		return s, 0
 	}
 	var spans []span
 	for _, rd := range m.redactors {
+		if named && rd.re != nil {
+			continue
+		}
 		spans = append(spans, rd.find(s)...)
 	}
 	if len(spans) == 0 {
@@ -157,15 +170,15 @@ func (m *Modification) RedactString(s string) (string, int) {
 }
 
 // Apply returns a copy of doc (a generic JSON value: map[string]any, []any, strings,
-// numbers…) with every string value redacted, and the number of replacements. Map keys are
-// kept. It then calls inputs, when not nil, once per `set` entry in name order, so the
-// caller can place the values where its protocol keeps inputs (after redaction, so a value
-// set by a rule is never redacted).
+// numbers…) with every string redacted, map keys included (for the named kinds, see
+// ApplyTo), and the number of replacements. It then calls inputs, when not nil, once per `set` entry in name order, so
+// the caller can place the values where its protocol keeps inputs (after redaction, so a
+// value set by a rule is never redacted).
 func (m *Modification) Apply(doc any, inputs func(name string, value any)) (any, int) {
 	if m == nil {
 		return doc, 0
 	}
-	out, n := m.ApplyExcept(doc, nil)
+	out, n := m.ApplyTo(doc, Structure{})
 	if inputs != nil {
 		names := make([]string, 0, len(m.Set))
 		for k := range m.Set {
@@ -179,44 +192,104 @@ func (m *Modification) Apply(doc any, inputs func(name string, value any)) (any,
 	return out, n
 }
 
-// ApplyExcept is the redaction of Apply, leaving alone (not descending into) the values of
-// map keys for which skip returns true: a protocol's structural fields (ids, method names,
-// the step context) are not the step's content.
-func (m *Modification) ApplyExcept(doc any, skip func(key string) bool) (any, int) {
+// Structure tells redaction which parts of a protocol document are its structure rather
+// than the step's content. With neither set, all of the document is content.
+type Structure struct {
+	// Skip reports map keys whose values are structure (ids, method names, the step
+	// context): left alone, not descended into. Their own names are not redacted either,
+	// nor any key outside content, since the protocol defines them.
+	Skip func(key string) bool
+	// Content reports map keys whose values are content through and through (a tool's
+	// arguments, a data part): everything in them is redacted, keys included, whatever
+	// Skip says of a key there, since an argument named "id" or "name" is still the
+	// agent's data. nil, with Skip set, means no such keys; with neither set, the whole
+	// document is content.
+	Content func(key string) bool
+}
+
+// ApplyTo is the redaction of Apply over a document with a structure: see Structure.
+// Keys in content are redacted for the named kinds only (PII, secrets, URLs), not for
+// regular expressions. Two keys of one object that redact to the same text keep both
+// values: the later ones (in key order) get " #2", " #3"… appended.
+func (m *Modification) ApplyTo(doc any, st Structure) (any, int) {
 	if m == nil || len(m.redactors) == 0 {
 		return doc, 0
 	}
 	total := 0
 	redact := func(s string) string {
-		out, n := m.RedactString(s)
+		out, n := m.redact(s, false)
 		total += n
 		return out
 	}
-	var walk func(v any) any
-	walk = func(v any) any {
+	// redactKeys redacts the keys of a content object, in key order so that the suffixes
+	// of colliding keys do not depend on map order.
+	redactKeys := func(n int, keys func(yield func(string) bool)) map[string]string {
+		names := make([]string, 0, n)
+		for k := range keys {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		out := make(map[string]string, n)
+		used := make(map[string]bool, n)
+		for _, k := range names {
+			r, n := m.redact(k, true)
+			total += n
+			if used[r] {
+				for i := 2; ; i++ {
+					if c := r + " #" + strconv.Itoa(i); !used[c] {
+						r = c
+						break
+					}
+				}
+			}
+			used[r] = true
+			out[k] = r
+		}
+		return out
+	}
+	whole := st.Skip == nil && st.Content == nil
+	var walk func(v any, content bool) any
+	walk = func(v any, content bool) any {
 		switch x := v.(type) {
 		case string:
 			return redact(x)
 		case map[string]any:
 			out := make(map[string]any, len(x))
+			if content {
+				names := redactKeys(len(x), maps.Keys(x))
+				for k, e := range x {
+					out[names[k]] = walk(e, true)
+				}
+				return out
+			}
 			for k, e := range x {
-				if skip != nil && skip(k) {
+				switch {
+				case st.Content != nil && st.Content(k):
+					out[k] = walk(e, true)
+				case st.Skip != nil && st.Skip(k):
 					out[k] = e
-				} else {
-					out[k] = walk(e)
+				default:
+					out[k] = walk(e, false)
 				}
 			}
 			return out
 		case []any:
 			out := make([]any, len(x))
 			for i, e := range x {
-				out[i] = walk(e)
+				out[i] = walk(e, content)
 			}
 			return out
 		case map[string]string:
 			out := make(map[string]string, len(x))
+			if content {
+				names := redactKeys(len(x), maps.Keys(x))
+				for k, e := range x {
+					out[names[k]] = redact(e)
+				}
+				return out
+			}
 			for k, e := range x {
-				if skip != nil && skip(k) {
+				if st.Skip != nil && st.Skip(k) && (st.Content == nil || !st.Content(k)) {
 					out[k] = e
 				} else {
 					out[k] = redact(e)
@@ -232,7 +305,7 @@ func (m *Modification) ApplyExcept(doc any, skip func(key string) bool) (any, in
 		}
 		return v
 	}
-	return walk(doc), total
+	return walk(doc, whole), total
 }
 
 // UnmarshalJSON decodes a Modification and rebuilds its redactors, so a stored verdict

@@ -20,6 +20,14 @@ var structural = map[string]bool{
 	"taskId": true, "mimeType": true, "type": true, "isError": true, "_meta": true,
 }
 
+// content are params keys whose values are the agent's data through and through: a tool
+// call's input values and MCP arguments, data parts, MCP structured results. Everything in
+// them is redacted, keys included, even a key that is structural elsewhere (an argument
+// named "name" or "id" is still data).
+var content = map[string]bool{
+	"value": true, "arguments": true, "data": true, "structuredContent": true,
+}
+
 // ErrSetNotSupported is returned when a modify rule sets inputs on a step without inputs.
 var ErrSetNotSupported = errors.New("modify.set applies to tool calls (steps/toolCallRequest and MCP tools/call) only")
 
@@ -36,7 +44,10 @@ func ModifiedRequest(step *aos.Step, m *rules.Modification) (json.RawMessage, er
 			return nil, fmt.Errorf("ruleenv: decode params: %w", err)
 		}
 	}
-	out, _ := m.ApplyExcept(params, func(k string) bool { return structural[k] })
+	out, _ := m.ApplyTo(params, rules.Structure{
+		Skip:    func(k string) bool { return structural[k] },
+		Content: func(k string) bool { return content[k] },
+	})
 	if m != nil && len(m.Set) > 0 {
 		obj, ok := out.(map[string]any)
 		if !ok {
