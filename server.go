@@ -323,6 +323,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return fail(fmt.Errorf("start guardian: %w", err))
 	}
 	aapGW.g = g
+	// The steps of holds a crash left pending are stored before any new step comes. One
+	// that cannot be is logged, not fatal: its hold is already ended, so a restart would
+	// not try again, only fail to start.
+	if err := g.RecordInterrupted(ctx, hm.Interrupted()); err != nil {
+		log.Error("steps of interrupted holds not stored", "err", err)
+	}
 	s.closers = append(s.closers, repl.run(runCtx, hm, rs, g, hub))
 	retDone := make(chan struct{})
 	go func() {

@@ -292,6 +292,9 @@ type Manager struct {
 	agents       map[string]*agentShare
 	started      bool
 	closed       bool
+	// interrupted are the holds Start ended whose steps were never stored, until
+	// Interrupted hands them over.
+	interrupted []record.Hold
 	// closing is closed by Shutdown: every waiting hold then times out.
 	closing chan struct{}
 	waiters sync.WaitGroup
@@ -418,6 +421,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		for _, h := range resolved {
 			m.log.Warn("hold left pending by a previous run marked interrupted; its agent got no answer",
 				"hold", h.ID, "session", h.SessionID, "rule", h.RuleID)
+			if h.Seq == 0 {
+				m.interrupted = append(m.interrupted, h)
+			}
 		}
 		m.publishAll(events)
 	}
@@ -430,6 +436,17 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.controls = controls
 	m.ctlMu.Unlock()
 	return nil
+}
+
+// Interrupted returns, once, the holds Start ended whose steps were never stored: a held
+// step is stored when it is decided, and their guardian stopped before that. The caller
+// records those steps, so that the session and its search show them.
+func (m *Manager) Interrupted() []record.Hold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hs := m.interrupted
+	m.interrupted = nil
+	return hs
 }
 
 // Shutdown ends every pending hold as interrupted: its agent is denied with
