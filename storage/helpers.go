@@ -72,6 +72,38 @@ func SquashID(id string) string {
 	}, id)
 }
 
+// HasWord reports whether s has a letter or a digit: a word, which is all the search index
+// keeps of a text or an id.
+func HasWord(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) }) >= 0
+}
+
+// IDMatch is how an id column is compared with a search filter the index cannot answer.
+type IDMatch struct {
+	Value    string // what the id is compared with
+	Squashed bool   // the id is compared squashed (SquashID)
+	Prefix   bool   // the id begins with Value, rather than equals it
+}
+
+// WordlessID says how the session, agent or user filter v is matched when it has no word
+// (HasWord), and reports false when it has one and the index answers it. The index keeps
+// only words, so it has nothing to look such a filter up by ("---", "🙂🙂🙂", "%"), and
+// dropping the filter would widen the search to every step. It is compared with the id
+// itself instead, as a filter with words matches: separators ignored and from the id's
+// start once minPrefix characters are typed. A filter of separators only would squash to
+// nothing, which names every id made of separators and the empty one (the steps of no
+// user): it must equal the id as typed.
+func WordlessID(v string, minPrefix int) (IDMatch, bool) {
+	if v == "" || HasWord(v) {
+		return IDMatch{}, false
+	}
+	sq := SquashID(v)
+	if sq == "" {
+		return IDMatch{Value: v}, true
+	}
+	return IDMatch{Value: sq, Squashed: true, Prefix: utf8.RuneCountInString(sq) >= minPrefix}, true
+}
+
 // Phrase is one term of a search: a word, or the text between double quotes.
 type Phrase struct {
 	Text   string

@@ -23,3 +23,30 @@ func TestPercentile(t *testing.T) {
 		require.Equal(t, tc.want, Percentile(tc.vals, tc.p), "%v p%d", tc.vals, tc.p)
 	}
 }
+
+func TestWordlessID(t *testing.T) {
+	tests := []struct {
+		name string
+		v    string
+		want IDMatch
+		ok   bool
+	}{
+		{"not set", "", IDMatch{}, false},
+		{"a word: the index answers it", "sess-4", IDMatch{}, false},
+		{"a digit is a word", "-7-", IDMatch{}, false},
+		{"a letter of any script is a word", "日", IDMatch{}, false},
+		{"separators only: the id as typed", "---", IDMatch{Value: "---"}, true},
+		{"one separator", "/", IDMatch{Value: "/"}, true},
+		{"symbols, short: the whole id squashed", "%", IDMatch{Value: "%", Squashed: true}, true},
+		{"symbols: from the start once three are typed", "🙂🙂🙂", IDMatch{Value: "🙂🙂🙂", Squashed: true, Prefix: true}, true},
+		{"separators in symbols are ignored", "🙂-🙂", IDMatch{Value: "🙂🙂", Squashed: true}, true},
+		{"LIKE wildcards are kept as they are", "%_%", IDMatch{Value: "%%", Squashed: true}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := WordlessID(tc.v, 3)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -157,10 +157,15 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	}
 	// Ids match as the SQLite index matches them: the query's words (separators squashed)
 	// as a phrase of the id's words, or of the id squashed; the last word as a beginning
-	// when it has at least minPrefix characters.
+	// when it has at least minPrefix characters. A filter without a word is compared with
+	// the columns instead (storage.WordlessID): dropped, it would widen the search to every
+	// step.
 	idFilter := func(v string, cols ...string) {
 		words := foldWords(storage.SquashID(v))
 		if len(words) == 0 {
+			if m, ok := storage.WordlessID(v, minPrefix); ok {
+				where = append(where, wordlessID(m, arg, cols...))
+			}
 			return
 		}
 		phrase := strings.Join(words, " ")
@@ -191,6 +196,11 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 		p := arg("% " + storage.EscapeLike(strings.Join(words, " ")) + " %")
 		where = append(where, `EXISTS (SELECT 1 FROM jsonb_array_elements(s.matched_rules::jsonb) AS m
 			WHERE `+tokensSQL("m ->> 'ruleId'", "m ->> 'reasonCode'")+` LIKE `+p+`)`)
+	} else if q.Rule != "" {
+		// No word to look for: a matched rule's id or reason code must be the filter.
+		p := arg(q.Rule)
+		where = append(where, `EXISTS (SELECT 1 FROM jsonb_array_elements(s.matched_rules::jsonb) AS m
+			WHERE m ->> 'ruleId' = `+p+` OR m ->> 'reasonCode' = `+p+`)`)
 	}
 	if !q.From.IsZero() {
 		where = append(where, "s.received_at >= "+arg(q.From.UnixNano()))
@@ -215,4 +225,21 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	return page, nil
+}
+
+// wordlessID is the condition that one of cols matches m; arg adds a parameter and returns
+// its placeholder.
+func wordlessID(m storage.IDMatch, arg func(any) string, cols ...string) string {
+	var or []string
+	for _, c := range cols {
+		if m.Squashed {
+			c = "translate(" + c + ", '" + storage.IDSeparators + "', '')"
+		}
+		if m.Prefix {
+			or = append(or, c+" LIKE "+arg(storage.EscapeLike(m.Value)+"%"))
+		} else {
+			or = append(or, c+" = "+arg(m.Value))
+		}
+	}
+	return "(" + strings.Join(or, " OR ") + ")"
 }

@@ -15,10 +15,11 @@ import (
 // answered by the full-text index (ordered by seq, so a page costs the same however many
 // steps match); the time range by the steps' received_at.
 func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPage, error) {
-	match, terms, err := ftsMatch(q)
+	fq, err := ftsMatch(q)
 	if err != nil {
 		return record.SearchPage{}, err
 	}
+	match := fq.match
 	limit := storage.ClampLimit(q.Limit, 50, 200)
 	if err := db.Flush(ctx); err != nil {
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
@@ -33,6 +34,8 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 		where = append(where, "step_search MATCH ?")
 		args = append(args, match)
 	}
+	where = append(where, fq.where...)
+	args = append(args, fq.args...)
 	seqCol := "s.seq"
 	if match != "" {
 		seqCol = "f.rowid" // the index yields rowids in order; sorting by it costs nothing
@@ -75,7 +78,7 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	defer rows.Close()
-	page, err := storage.ScanSearchPage(rows, limit, terms)
+	page, err := storage.ScanSearchPage(rows, limit, fq.words)
 	if err != nil {
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
@@ -85,24 +88,37 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	return page, nil
 }
 
-// ftsMatch builds the FTS5 query of q and returns the plain words of its text, for snippets.
-// Every word becomes a quoted phrase, so nothing a user types is FTS5 syntax.
-func ftsMatch(q record.SearchQuery) (string, []string, error) {
+// ftsQuery is what the index is asked for a search, and the rest of its filters.
+type ftsQuery struct {
+	match string   // the FTS5 query; "" asks the index nothing
+	words []string // the plain words of the text, for snippets
+	// where (with args) holds conditions on the steps (s) for the filters the index has no
+	// word of: one dropped would widen the search to every step.
+	where []string
+	args  []any
+}
+
+// ftsMatch builds the FTS5 query of q. Every word becomes a quoted phrase, so nothing a
+// user types is FTS5 syntax.
+func ftsMatch(q record.SearchQuery) (ftsQuery, error) {
 	for _, f := range []struct{ name, v string }{
 		{"q", q.Text}, {"session", q.Session}, {"agent", q.Agent}, {"user", q.User},
 		{"tool", q.Tool}, {"decision", q.Decision}, {"rule", q.Rule},
 	} {
 		if len(f.v) > record.MaxSearchBytes {
-			return "", nil, fmt.Errorf("%w: %s: at most %d bytes", record.ErrBadQuery, f.name, record.MaxSearchBytes)
+			return ftsQuery{}, fmt.Errorf("%w: %s: at most %d bytes", record.ErrBadQuery, f.name, record.MaxSearchBytes)
 		}
 		if !utf8.ValidString(f.v) {
-			return "", nil, fmt.Errorf("%w: %s: not valid UTF-8", record.ErrBadQuery, f.name)
+			return ftsQuery{}, fmt.Errorf("%w: %s: not valid UTF-8", record.ErrBadQuery, f.name)
 		}
 	}
-	var parts, words []string
+	var (
+		fq    ftsQuery
+		parts []string
+	)
 	phrases := storage.SplitQuery(q.Text)
 	if len(phrases) > record.MaxSearchTerms {
-		return "", nil, fmt.Errorf("%w: q: at most %d words", record.ErrBadQuery, record.MaxSearchTerms)
+		return ftsQuery{}, fmt.Errorf("%w: q: at most %d words", record.ErrBadQuery, record.MaxSearchTerms)
 	}
 	for _, p := range phrases {
 		// A prefix query merges the lists of every word it names before the first result,
@@ -116,13 +132,18 @@ func ftsMatch(q record.SearchQuery) (string, []string, error) {
 			term += "*"
 		}
 		parts = append(parts, term)
-		words = append(words, strings.TrimRight(p.Text, "*"))
+		fq.words = append(fq.words, strings.TrimRight(p.Text, "*"))
 	}
 	// Ids are looked up as the one word the index also keeps them as (see squashID): from
-	// their start once three characters are typed, whole below that.
-	id := func(col, v string, partial bool) {
+	// their start once three characters are typed, whole below that. An id filter without
+	// a word is compared with cols instead (storage.WordlessID); the tool filter has none,
+	// as Search compares the tool exactly anyway.
+	id := func(col, v string, partial bool, cols ...string) {
 		t := quote(storage.SquashID(v))
 		if t == "" {
+			if m, ok := storage.WordlessID(v, minPrefix); ok && len(cols) > 0 {
+				fq.wordlessID(m, cols...)
+			}
 			return
 		}
 		if partial && utf8.RuneCountInString(storage.SquashID(v)) >= minPrefix {
@@ -135,13 +156,38 @@ func ftsMatch(q record.SearchQuery) (string, []string, error) {
 			parts = append(parts, col+" : "+t)
 		}
 	}
-	id("session", q.Session, true)
-	id("agent", q.Agent, true)
-	id("user", q.User, true)
+	id("session", q.Session, true, "s.session_id")
+	id("agent", q.Agent, true, "s.agent_id", "s.agent_name")
+	id("user", q.User, true, "s.user_id")
 	id("tool", q.Tool, false)
-	exact("decision", q.Decision)
+	exact("decision", q.Decision) // compared exactly by Search too
 	exact("rules", q.Rule)
-	return strings.Join(parts, " AND "), words, nil
+	if q.Rule != "" && !storage.HasWord(q.Rule) {
+		// The index has no word of it: a matched rule's id or reason code must be it.
+		fq.where = append(fq.where, `EXISTS (SELECT 1 FROM json_each(s.matched_rules) AS j
+			WHERE j.value ->> 'ruleId' = ? OR j.value ->> 'reasonCode' = ?)`)
+		fq.args = append(fq.args, q.Rule, q.Rule)
+	}
+	fq.match = strings.Join(parts, " AND ")
+	return fq, nil
+}
+
+// wordlessID adds the condition that one of cols matches m.
+func (fq *ftsQuery) wordlessID(m storage.IDMatch, cols ...string) {
+	var or []string
+	for _, c := range cols {
+		if m.Squashed {
+			c = squashSQL(c)
+		}
+		if m.Prefix {
+			or = append(or, c+` LIKE ? ESCAPE '\'`)
+			fq.args = append(fq.args, storage.EscapeLike(m.Value)+"%")
+		} else {
+			or = append(or, c+" = ?")
+			fq.args = append(fq.args, m.Value)
+		}
+	}
+	fq.where = append(fq.where, "("+strings.Join(or, " OR ")+")")
 }
 
 // minPrefix is the shortest last word matched as a beginning.

@@ -123,4 +123,73 @@ var searchCases = []testCase{
 			require.ErrorIs(t, err, record.ErrBadQuery, name)
 		}
 	}},
+	{"SearchFiltersWithoutWords", func(t *testing.T, db storage.Backend) {
+		// The index keeps only words (letters and digits), so it cannot look these filters
+		// up; they must still narrow the search to what they name, never widen it to every
+		// step.
+		type in struct {
+			sid, agent, name, user, tool string
+			rules                        []record.RuleMatch
+		}
+		steps := []in{
+			{sid: "---", agent: "agent-1", user: ""},
+			{sid: "🙂🙂🙂", agent: "🤖", user: "%",
+				rules: []record.RuleMatch{{RuleID: "ask-first", Action: "deny", Mode: "enforce", ReasonCode: "???"}}},
+			{sid: "🙂🙂🙂🙂", agent: "bot-2", name: "★★★", user: "ann"},
+			{sid: "sess-1", agent: "%", user: "", tool: "🔧"},
+			{sid: "/", agent: "agent-1", user: "-"},
+		}
+		seq := make([]int64, len(steps))
+		for i, s := range steps {
+			rec := step(s.sid, "allow", time.Duration(i)*time.Minute)
+			rec.AgentID, rec.AgentName, rec.UserID, rec.Tool, rec.MatchedRules = s.agent, s.name, s.user, s.tool, s.rules
+			save(t, db, rec)
+			seq[i] = rec.Seq
+		}
+		waitIndexed(t, db)
+		for _, tc := range []struct {
+			name string
+			q    record.SearchQuery
+			want []int
+		}{
+			{"separators only: that session", record.SearchQuery{Session: "---"}, []int{0}},
+			{"one separator: that session", record.SearchQuery{Session: "/"}, []int{4}},
+			{"separators only are not squashed to nothing", record.SearchQuery{Session: "-"}, nil},
+			{"underscores are separators too", record.SearchQuery{Session: "___"}, nil},
+			{"symbols: that session", record.SearchQuery{Session: "🙂🙂🙂🙂"}, []int{2}},
+			{"symbols: from the start once three are typed", record.SearchQuery{Session: "🙂🙂🙂"}, []int{2, 1}},
+			{"symbols: separators ignored", record.SearchQuery{Session: "🙂-🙂🙂"}, []int{2, 1}},
+			{"symbols: too short a beginning is whole", record.SearchQuery{Session: "🙂"}, nil},
+			{"a LIKE wildcard is a character", record.SearchQuery{Session: "%"}, nil},
+			{"LIKE wildcards as a beginning are characters", record.SearchQuery{Session: "%%%"}, nil},
+			{"user", record.SearchQuery{User: "%"}, []int{1}},
+			{"user of separators is not the empty user", record.SearchQuery{User: "-"}, []int{4}},
+			{"agent id", record.SearchQuery{Agent: "🤖"}, []int{1}},
+			{"agent id that is a LIKE wildcard", record.SearchQuery{Agent: "%"}, []int{3}},
+			{"agent name", record.SearchQuery{Agent: "★★★"}, []int{2}},
+			{"tool", record.SearchQuery{Tool: "🔧"}, []int{3}},
+			{"tool that is not there", record.SearchQuery{Tool: "%"}, nil},
+			{"rule reason code", record.SearchQuery{Rule: "???"}, []int{1}},
+			{"rule that matched nothing", record.SearchQuery{Rule: "?"}, nil},
+			{"rule of separators", record.SearchQuery{Rule: "---"}, nil},
+			{"decision", record.SearchQuery{Decision: "---"}, nil},
+			{"with a filter by words", record.SearchQuery{Session: "🙂🙂🙂", Agent: "bot"}, []int{2}},
+			{"two of them", record.SearchQuery{Session: "🙂🙂🙂", User: "%"}, []int{1}},
+			{"two that exclude each other", record.SearchQuery{Session: "---", User: "%"}, nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				want := []int64{}
+				for _, i := range tc.want {
+					want = append(want, seq[i])
+				}
+				page, err := db.Search(bg(), tc.q)
+				require.NoError(t, err)
+				got := []int64{}
+				for _, h := range page.Steps {
+					got = append(got, h.Seq)
+				}
+				require.Equal(t, want, got)
+			})
+		}
+	}},
 }
