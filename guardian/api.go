@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +32,72 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 	for _, m := range mount {
 		m(mux)
 	}
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(apiCatchAll, func(w http.ResponseWriter, r *http.Request) {
+		if serveSlashSegments(mux, w, r) {
+			return
+		}
 		apijson.Error(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	mux.Handle("/", uiHandler(ui))
 	return SecurityHeaders(g.hostCheck(mux))
+}
+
+// apiCatchAll is the pattern of the API's answer to a path no route matches.
+const apiCatchAll = "/api/"
+
+// slashStandIn is a path segment no route has as a literal, which matches a single
+// wildcard as any segment but one does.
+const slashStandIn = "%00"
+
+// serveSlashSegments serves r, which no route of mux matched, when that is only because a
+// segment of its path is one encoded slash: GET /api/sessions/%2F, the session whose id is
+// "/". ServeMux unescapes a segment before matching it, and takes a lone "/" for the path's
+// trailing slash, which no wildcard matches, so the request falls through to the catch-all
+// (ids such as "a//b" or "/foo" are not alone in their segment and match). r's route is
+// found again with a stand-in for those segments, and the route's wildcards are given the
+// segments themselves, unescaped. It reports whether it served r.
+func serveSlashSegments(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) bool {
+	segs := strings.Split(r.URL.EscapedPath(), "/")
+	stood := make([]string, len(segs))
+	found := false
+	for i, s := range segs {
+		stood[i] = s
+		if strings.EqualFold(s, "%2F") {
+			stood[i], found = slashStandIn, true
+		}
+	}
+	if !found {
+		return false
+	}
+	raw := strings.Join(stood, "/")
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		return false
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = path, raw
+	h, pattern := mux.Handler(r2)
+	// "": no route for this method; the catch-all: none for this path, slash or no slash.
+	if pattern == "" || pattern == apiCatchAll {
+		return false
+	}
+	// The pattern's path ("GET /api/sessions/{id}/steps") has a segment for each of r's.
+	for i, p := range strings.Split(pattern[strings.IndexByte(pattern, '/'):], "/") {
+		if !strings.HasPrefix(p, "{") || p == "{$}" || i >= len(segs) {
+			continue
+		}
+		name, v := strings.Trim(p, "{}"), segs[i]
+		if n, rest := strings.CutSuffix(name, "..."); rest {
+			name, v = n, strings.Join(segs[i:], "/")
+		}
+		if u, err := url.PathUnescape(v); err == nil {
+			v = u
+		}
+		r.SetPathValue(name, v)
+	}
+	r.Pattern = pattern
+	h.ServeHTTP(w, r)
+	return true
 }
 
 // hostCheck refuses requests whose Host header is not one of Config.AllowedHosts. A guardian
