@@ -83,6 +83,12 @@ func (r *replication) run(ctx context.Context, hm *holds.Manager, rs *rulesapi.S
 		rs.Observe(ev)
 	}})
 	r.bus.Subscribe(hub)
+	// The steps of a dead replica's holds are stored by the replica whose sweep ends them.
+	r.reg.OnInterrupted(func(ctx context.Context, h record.Hold) {
+		if err := g.RecordInterrupted(ctx, []record.Hold{h}); err != nil {
+			r.log.Error("step of an interrupted hold not stored", "hold", h.ID, "err", err)
+		}
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 3)
 	go func() { defer func() { done <- struct{}{} }(); r.pg.Run(ctx) }()

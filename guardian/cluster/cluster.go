@@ -61,6 +61,15 @@ type Registry struct {
 	disowned []string
 	// left is set by Leave: no more heartbeats, which would register the replica again.
 	left bool
+	// interrupted, set by OnInterrupted before Run, is given each hold a sweep ends.
+	interrupted func(ctx context.Context, h record.Hold)
+}
+
+// OnInterrupted sets f to be called with each hold a sweep ends whose step was never
+// stored (a held step is stored once decided, and its replica died first), so that the
+// step can be stored from the hold. Call it before Run.
+func (r *Registry) OnInterrupted(f func(ctx context.Context, h record.Hold)) {
+	r.interrupted = f
 }
 
 // schemaLock serialises the creation of the tables by replicas starting together.
@@ -331,6 +340,9 @@ func (r *Registry) interrupt(ctx context.Context, id, note string, detail map[st
 		for _, ev := range events {
 			r.opts.Publish(ev)
 		}
+	}
+	if r.interrupted != nil && h.Seq == 0 {
+		r.interrupted(ctx, h)
 	}
 	return nil
 }

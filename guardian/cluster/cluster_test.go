@@ -124,6 +124,8 @@ func TestDeadReplicasHoldsAreInterruptedByASurvivor(t *testing.T) {
 	s.holds["h3"] = h3
 	s.mu.Unlock()
 	alive.Disown("h3")
+	stepsOf := make(chan record.Hold, 4)
+	survivor.OnInterrupted(func(_ context.Context, h record.Hold) { stepsOf <- h })
 	run(t, alive)
 	stopSurvivor := run(t, survivor)
 	// dead never beats: it was SIGKILLed.
@@ -131,6 +133,12 @@ func TestDeadReplicasHoldsAreInterruptedByASurvivor(t *testing.T) {
 	h1 := s.get("h1")
 	require.Equal(t, "deny", h1.Decision, "never approved, whatever its onTimeout")
 	require.Contains(t, h1.Note, "replica "+dead.ID()+" (10.0.0.0:7878) stopped")
+	select {
+	case h := <-stepsOf:
+		require.Equal(t, "h1", h.ID, "its step is handed over to be stored")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the interrupted hold was not handed over")
+	}
 	stopSurvivor()
 	require.NoError(t, survivor.Sweep(ctx))
 	require.Equal(t, record.HoldPending, s.get("h2").Status, "a live replica's hold stays")
