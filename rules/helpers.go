@@ -237,9 +237,12 @@ type evalState struct {
 	litOK []uint64
 }
 
+// hasEntry is a sessionHas answer. The question is kept as its two strings: joined with a
+// separator, ("a\x00", "b") and ("a", "\x00b") would be the same question, and joining
+// them cost an allocation per call.
 type hasEntry struct {
-	key string
-	v   bool
+	sel, sub string
+	v        bool
 }
 
 // memoKey identifies a helper call by the argument's address and length rather than its
@@ -286,6 +289,7 @@ func (st *evalState) reset() {
 	st.env = Env{}
 	clear(st.memo)
 	st.sess = nil
+	clear(st.has) // its strings may be a request's: a pooled state must not keep them alive
 	st.has = st.has[:0]
 	st.folded = folded{}
 	st.budget = budget{}
@@ -551,9 +555,8 @@ func sessionHasCached(c *regexCache, e *Env, s Session, sel, sub string) (bool, 
 	if e.state == nil || !sameSteps(e, s) {
 		return sessionHas(c, e, s, sel, sub)
 	}
-	key := sel + "\x00" + sub
 	for _, q := range e.state.has {
-		if q.key == key {
+		if q.sel == sel && q.sub == sub {
 			return q.v, nil
 		}
 	}
@@ -567,7 +570,7 @@ func sessionHasCached(c *regexCache, e *Env, s Session, sel, sub string) (bool, 
 		v, err = sessionHas(c, e, s, sel, sub)
 	}
 	if err == nil {
-		e.state.has = append(e.state.has, hasEntry{key, v})
+		e.state.has = append(e.state.has, hasEntry{sel, sub, v})
 	}
 	return v, err
 }

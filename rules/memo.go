@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"encoding/binary"
 	"sort"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func memoOf(e *Env, s Session) *sessionMemo {
 // cannot answer exactly.
 func (m *sessionMemo) sessionHas(c *regexCache, s Session, sel, sub string) (v, ok bool, err error) {
 	all, pattern := sel == "" || sel == "*", isGlob(sel)
-	return m.anyStep("has\x00"+sel+"\x00"+sub, s, func(st *HistoryStep) (bool, error) {
+	return m.anyStep(hasKey(sel, sub), s, func(st *HistoryStep) (bool, error) {
 		hit := all || st.Tool == sel || st.Kind == sel
 		if !hit && pattern {
 			var err error
@@ -82,6 +83,22 @@ func (m *sessionMemo) sessionHas(c *regexCache, s Session, sel, sub string) (v, 
 		}
 		return hit && strings.Contains(strings.ToLower(st.Text), sub), nil
 	})
+}
+
+// hasKey is the question key of sessionHas(sel, sub). sel's length goes first, as a
+// uvarint (self-delimiting), so that no two questions share a key: with a separator
+// between sel and sub, ("a\x00", "b") and ("a", "\x00b") would. The other questions'
+// keys start "steps\x00" and "text\x00". One allocation, as the joined key had.
+func hasKey(sel, sub string) string {
+	var n [binary.MaxVarintLen64]byte
+	w := binary.PutUvarint(n[:], uint64(len(sel)))
+	var b strings.Builder
+	b.Grow(len("has\x00") + w + len(sel) + len(sub))
+	b.WriteString("has\x00")
+	b.Write(n[:w])
+	b.WriteString(sel)
+	b.WriteString(sub)
+	return b.String()
 }
 
 // anyStep reports whether a step of s answers yes to the question key, which pred asks of

@@ -39,18 +39,18 @@ func requiredLiterals(pattern string) []literal {
 func required(r *syntax.Regexp) []literal {
 	switch r.Op {
 	case syntax.OpLiteral:
-		fold := r.Flags&syntax.FoldCase != 0
-		s := string(r.Rune)
-		if fold {
+		if r.Flags&syntax.FoldCase != 0 {
 			// Only ASCII folds cheaply and exactly (see anyLiteralIn for K and ſ).
 			for _, c := range r.Rune {
 				if c >= utf8.RuneSelf {
 					return nil
 				}
 			}
-			s = strings.ToLower(s)
+			return []literal{{strings.ToLower(string(r.Rune)), true}}
 		}
-		return []literal{{s, fold}}
+		if s := exactPart(r.Rune); s != "" {
+			return []literal{{s, false}}
+		}
 	case syntax.OpCapture, syntax.OpPlus:
 		return required(r.Sub[0])
 	case syntax.OpRepeat:
@@ -80,6 +80,31 @@ func required(r *syntax.Regexp) []literal {
 		return all
 	}
 	return nil
+}
+
+// exactPart returns the longest run of the literal rs whose UTF-8 bytes every match
+// contains, "" for none. The regexp reads each byte of invalid UTF-8 in the text as
+// U+FFFD, so U+FFFD in a pattern matches "\xe9" as well as its own bytes EF BF BD: those
+// bytes are not required. A rune that is not valid (a surrogate) matches nothing, and
+// string() writes it as U+FFFD: it is split off alike. Every other rune decodes only from
+// its own encoding, so the runes between are required as they are, one after the other.
+// (Globs reach here through globRegexp, which writes an invalid byte of the glob as U+FFFD.)
+func exactPart(rs []rune) string {
+	best := ""
+	from := 0
+	for i := 0; i <= len(rs); i++ {
+		if i < len(rs) && rs[i] != utf8.RuneError && utf8.ValidRune(rs[i]) {
+			continue
+		}
+		if from == 0 && i == len(rs) {
+			return string(rs) // the common case: all of it
+		}
+		if s := string(rs[from:i]); len(s) > len(best) {
+			best = s
+		}
+		from = i + 1
+	}
+	return best
 }
 
 func minLen(lits []literal) int {
