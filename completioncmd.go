@@ -11,11 +11,12 @@ import (
 
 // completionTree holds the commands and what follows each, for the completion scripts.
 var completionTree = map[string][]string{
-	"":           {"serve", "rules", "keys", "users", "hook", "export", "backup", "migrate", "completion", "version", "help"},
+	"":           {"serve", "rules", "keys", "users", "hook", "mcp", "export", "backup", "migrate", "completion", "version", "help"},
 	"rules":      {"check", "test"},
 	"keys":       {"create", "list", "revoke"},
 	"users":      {"add", "list", "remove", "passwd"},
 	"hook":       {"claude-code", "codex", "gemini", "cursor", "install"},
+	"mcp":        {"wrap"},
 	"completion": {"bash", "zsh", "fish"},
 }
 
@@ -66,13 +67,14 @@ _vigil() {
         keys) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
         users) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
         hook) COMPREPLY=($(compgen -W "%s --guardian --timeout --on-guardian-error --project --user --uninstall" -- "$cur")) ;;
+        mcp) COMPREPLY=($(compgen -W "%s --guardian --name --on-guardian-error --show-denied" -- "$cur")) ;;
         completion) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
         *) COMPREPLY=($(compgen -f -- "$cur")) ;;
     esac
 }
 complete -F _vigil vigil
-`, words(""), flags, words("rules"), words("keys"), words("users"), words("hook"), words("completion"), flags)
+`, words(""), flags, words("rules"), words("keys"), words("users"), words("hook"), words("mcp"), words("completion"), flags)
 	case "zsh":
 		fmt.Fprintf(stdout, `#compdef vigil
 # zsh completion for vigil
@@ -86,17 +88,18 @@ _vigil() {
         keys) compadd -- %s ;;
         users) compadd -- %s ;;
         hook) compadd -- %s --guardian --timeout --on-guardian-error --project --user --uninstall ;;
+        mcp) compadd -- %s --guardian --name --on-guardian-error --show-denied ;;
         completion) compadd -- %s ;;
         serve) compadd -- %s ;;
         *) _files ;;
     esac
 }
 compdef _vigil vigil
-`, words(""), flags, words("rules"), words("keys"), words("users"), words("hook"), words("completion"), flags)
+`, words(""), flags, words("rules"), words("keys"), words("users"), words("hook"), words("mcp"), words("completion"), flags)
 	case "fish":
 		fmt.Fprintf(stdout, "# fish completion for vigil\ncomplete -c vigil -f\n")
 		fmt.Fprintf(stdout, "complete -c vigil -n __fish_use_subcommand -a '%s'\n", words(""))
-		for _, k := range []string{"rules", "keys", "users", "hook", "completion"} {
+		for _, k := range []string{"rules", "keys", "users", "hook", "mcp", "completion"} {
 			fmt.Fprintf(stdout, "complete -c vigil -n '__fish_seen_subcommand_from %s' -a '%s'\n", k, words(k))
 		}
 		for _, f := range serveFlags() {

@@ -9,11 +9,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -112,43 +116,88 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	if cmd == "" && len(args) > 0 && isHelp(args[0]) {
-		cmd = "help" // the commands, not the desktop window's flags
+	// Help and the version are answered before the desktop window takes the flags as its own.
+	if cmd == "" && len(args) > 0 {
+		switch {
+		case isHelp(args[0]):
+			cmd, args = "help", args[1:]
+		case isVersion(args[0]):
+			cmd, args = "version", args[1:]
+		}
 	}
-	switch cmd {
-	case "":
+	if cmd == "" {
 		return runDesktop(args, stdout, stderr)
-	case "serve":
-		return runServe(args, stdout, stderr)
-	case "rules":
-		return runRules(args, stdout, stderr)
-	case "export":
-		return runExport(args, stdout, stderr)
-	case "backup":
-		return runBackup(args, stdout, stderr)
-	case "migrate":
-		return runMigrate(args, stdout, stderr)
-	case "keys":
-		return runKeys(args, stdout, stderr)
-	case "users":
-		return runUsers(args, stdout, stderr)
-	case "hook":
-		return runHook(args, os.Stdin, stdout, stderr)
-	case "completion":
-		return runCompletion(args, stdout, stderr)
-	case "mcp":
-		return runMCP(args, os.Stdin, stdout, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "vigil %s\n", version)
-		return 0
-	case "help":
-		usage(stdout)
-		return 0
-	default:
+	}
+	f, ok := command(cmd)
+	if !ok {
 		fmt.Fprintf(stderr, "vigil: unknown command %q\n\n", cmd)
 		usage(stderr)
 		return 2
 	}
+	return f(args, stdout, stderr)
+}
+
+// command returns the function that runs the named command. `vigil help CMD` finds commands
+// here too, so a command added to it has its help there at once.
+func command(name string) (func(args []string, stdout, stderr io.Writer) int, bool) {
+	switch name {
+	case "serve":
+		return runServe, true
+	case "rules":
+		return runRules, true
+	case "export":
+		return runExport, true
+	case "backup":
+		return runBackup, true
+	case "migrate":
+		return runMigrate, true
+	case "keys":
+		return runKeys, true
+	case "users":
+		return runUsers, true
+	case "hook":
+		return func(args []string, stdout, stderr io.Writer) int { return runHook(args, os.Stdin, stdout, stderr) }, true
+	case "completion":
+		return runCompletion, true
+	case "mcp":
+		return func(args []string, stdout, stderr io.Writer) int { return runMCP(args, os.Stdin, stdout, stderr) }, true
+	case "version":
+		return runVersion, true
+	case "help":
+		return runHelp, true
+	}
+	return nil, false
+}
+
+// runVersion implements `vigil version` (also `vigil --version` and `vigil -v`).
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	const use = "usage: vigil version   print the version (also vigil --version, vigil -v)\n"
+	switch {
+	case len(args) == 0:
+		fmt.Fprintf(stdout, "vigil %s\n", version)
+		return 0
+	case isHelp(args[0]):
+		fmt.Fprint(stdout, use)
+		return 0
+	}
+	fmt.Fprintf(stderr, "vigil version: unexpected argument %q\n%s", args[0], use)
+	return 2
+}
+
+// runHelp implements `vigil help [COMMAND [SUBCOMMAND]]`: the commands, or one command's help
+// exactly as `vigil COMMAND [SUBCOMMAND] --help` prints it.
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	f, ok := command(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "vigil help: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return f(append(slices.Clone(args[1:]), "--help"), stdout, stderr)
 }
 
 func usage(w io.Writer) {
@@ -172,16 +221,26 @@ Usage:
   vigil migrate --from FILE --to postgres://…
                                 copy a SQLite installation into an empty PostgreSQL database
   vigil completion bash|zsh|fish  shell completion script (see docs/operations.md)
-  vigil version                 print the version
-  vigil help                    this text (also -h, --help)
+  vigil version                 print the version (also --version, -v)
+  vigil help [COMMAND]          this text (also -h, --help), or COMMAND's help
 
-Run 'vigil COMMAND -h' for a command's flags ('vigil serve -h' for the guardian's; the
-desktop window takes the same). Every flag also reads VIGIL_<FLAG> (e.g. VIGIL_ADDR).
+Run 'vigil COMMAND -h' or 'vigil help COMMAND' for a command's flags ('vigil serve -h' for
+the guardian's; the desktop window takes the same). Every flag also reads VIGIL_<FLAG>
+(e.g. VIGIL_ADDR).
 
 Exit codes: 0 success, 1 failure (a rule test failed, the server could not start or
-stopped with an error), 2 bad usage (unknown command or flag). 'vigil hook' exits as the
-coding agent expects (see docs/coding-agents.md).
+stopped with an error), 2 bad usage (unknown command or flag, or a flag value out of
+range). 'vigil hook' exits as the coding agent expects (see docs/coding-agents.md).
 `)
+}
+
+// isVersion reports whether arg asks for the version.
+func isVersion(arg string) bool {
+	switch arg {
+	case "-v", "-version", "--version":
+		return true
+	}
+	return false
 }
 
 // isHelp reports whether arg asks for help.
@@ -254,9 +313,9 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	})
 	fset.BoolVar(&cfg.MCPShowDenied, "mcp-show-denied", false, "keep in an MCP server's tools/list the tools a rule denies outright (by default they are hidden)")
 	fset.StringVar(&cfg.AgentAPIApprovals, "agentapi-approvals", agentapi.ApprovalsVigil, "who answers an Agent API upstream's MCP approval requests: vigil (rules and holds decide) or client (what Vigil allows goes to the client with Vigil's verdict)")
-	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included")
-	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top)")
-	fset.DurationVar(&cfg.IdleTimeout, "idle-timeout", time.Minute, "close a keep-alive connection idle this long")
+	fset.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "longest time to read one request, body included; 0 = no bound")
+	fset.DurationVar(&cfg.WriteTimeout, "write-timeout", time.Minute, "longest time to answer one request (a held step's wait comes on top); 0 = no bound")
+	fset.DurationVar(&cfg.IdleTimeout, "idle-timeout", time.Minute, "close a keep-alive connection idle this long; 0 = -read-timeout")
 	fset.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", 64, "most connections held from one client address (loopback and trusted proxies exempt); 0 = unlimited")
 	fset.IntVar(&cfg.MaxConns, "max-conns", 0, "most connections held in all (0: three quarters of the open-file limit, at most 10000)")
 	fset.IntVar(&cfg.MaxLiveClients, "max-live-clients", 256, "most live-stream (/api/live) connections at once; more are refused with 503")
@@ -280,59 +339,143 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 		return nil
 	})
 	fset.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "sign webhook deliveries with HMAC-SHA256 under this secret (X-Vigil-Signature); prefer VIGIL_WEBHOOK_SECRET")
-	// Environment first, so flags on the command line win.
+	// Environment first, so flags on the command line win. fromEnv remembers which
+	// variable set a flag, so that a bad value is reported under the name it was given.
 	var envErr error
+	fromEnv := map[string]string{}
 	fset.VisitAll(func(f *flag.Flag) {
-		key := "VIGIL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		key := envKey(f.Name)
 		if v, ok := os.LookupEnv(key); ok {
+			fromEnv[f.Name] = key
 			if err := f.Value.Set(v); err != nil && envErr == nil {
 				envErr = fmt.Errorf("%s=%q: %w", key, v, err)
 			}
 		}
 	})
-	if envErr != nil {
-		return cfg, envErr
-	}
 	cfg.AAP.fromEnv = true
+	// -h is answered before a bad variable is reported: help, and the completion scripts
+	// that read it, work whatever the environment holds.
 	if err := fset.Parse(args); err != nil {
 		return cfg, err
+	}
+	if envErr != nil {
+		return cfg, envErr
 	}
 	if fset.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fset.Arg(0))
 	}
+	onCommandLine := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	src := flagSource{fromEnv: fromEnv, onCommandLine: onCommandLine}
 	on, protocol := otelTraces(os.LookupEnv)
 	cfg.Traces, cfg.TracesProtocol = cfg.Traces || on, protocol
+	return cfg, checkConfig(&cfg, src)
+}
+
+// envKey is the variable that sets a flag: VIGIL_ and its name, dashes made underscores.
+func envKey(flagName string) string {
+	return "VIGIL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flagSource says where a flag's value came from: the command line, its VIGIL_* variable, or
+// neither (the default).
+type flagSource struct {
+	fromEnv       map[string]string
+	onCommandLine map[string]bool
+}
+
+// name is how an error names the flag: as its variable when that set the value, so an
+// operator looks in the environment (a unit file, a container) rather than the command line.
+func (s flagSource) name(flagName string) string {
+	if key, ok := s.fromEnv[flagName]; ok && !s.onCommandLine[flagName] {
+		return key
+	}
+	return "-" + flagName
+}
+
+// given reports whether the flag or its variable was set.
+func (s flagSource) given(flagName string) bool {
+	_, env := s.fromEnv[flagName]
+	return env || s.onCommandLine[flagName]
+}
+
+// logLevels are the values of --log-level. Case is ignored, as slog ignored it before the
+// names were checked.
+var logLevels = map[string]slog.Level{
+	"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError,
+}
+
+// checkConfig refuses the values a flag gives no meaning. The packages the values go to
+// replace zero or negative ones with their defaults, and a logger falls back to info: left
+// to them, a typo would start a guardian that quietly differs from what was asked, where
+// bad usage is promised exit code 2 and a message. Where 0 documents a meaning (off, no
+// bound, the automatic value) it stays valid.
+func checkConfig(cfg *Config, src flagSource) error {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return cfg, errors.New("-tls-cert and -tls-key go together")
+		return errors.New("-tls-cert and -tls-key go together")
 	}
-	if cfg.MaxHoldsPerAgent < 0 || cfg.MaxHoldsPerAgent > cfg.MaxHolds {
-		return cfg, fmt.Errorf("-max-holds-per-agent: must be between 0 (a quarter of -max-holds) and -max-holds (%d), got %d", cfg.MaxHolds, cfg.MaxHoldsPerAgent)
+	_, levelOK := logLevels[strings.ToLower(cfg.LogLevel)]
+	// The dead-after default follows a slower heartbeat, as the registry does; only a value
+	// someone chose below three heartbeats is refused.
+	deadAfterOK := cfg.ReplicaDeadAfter > 0 &&
+		(cfg.ReplicaDeadAfter >= 3*cfg.ReplicaHeartbeat || !src.given("replica-dead-after"))
+	q := strconv.Quote
+	checks := []struct {
+		flag string
+		ok   bool
+		must string // what the value must be, after "must"
+		got  string
+	}{
+		{"addr", validHostPort(cfg.Addr), "be HOST:PORT (port 0 picks a free one)", q(cfg.Addr)},
+		{"db", cfg.DB != "", "name a SQLite file or a postgres:// URL", q(cfg.DB)},
+		{"rules-mode", cfg.RulesMode == "merge" || cfg.RulesMode == "replace", "be merge or replace", q(cfg.RulesMode)},
+		{"log-level", levelOK, "be debug, info, warn or error", q(cfg.LogLevel)},
+		{"log-format", cfg.LogFormat == "text" || cfg.LogFormat == "json", "be text or json", q(cfg.LogFormat)},
+		{"max-body", cfg.MaxBodyBytes >= 1, "be at least 1 (bytes)", fmt.Sprint(cfg.MaxBodyBytes)},
+		{"hold-timeout", cfg.HoldTimeout > 0, "be positive (e.g. 5m)", cfg.HoldTimeout.String()},
+		{"max-holds", cfg.MaxHolds >= 1, "be at least 1", fmt.Sprint(cfg.MaxHolds)},
+		{"max-hold-bytes", cfg.MaxHoldBytes >= 1, "be at least 1 byte (e.g. 256MiB)", fmt.Sprint(cfg.MaxHoldBytes)},
+		{"max-holds-per-agent", cfg.MaxHoldsPerAgent >= 0 && cfg.MaxHoldsPerAgent <= cfg.MaxHolds,
+			fmt.Sprintf("be between 0 (a quarter of -max-holds) and -max-holds (%d)", cfg.MaxHolds), fmt.Sprint(cfg.MaxHoldsPerAgent)},
+		{"session-cache-bytes", cfg.SessionCacheBytes >= 1, "be at least 1 byte (e.g. 512MiB)", fmt.Sprint(cfg.SessionCacheBytes)},
+		{"replica-heartbeat", cfg.ReplicaHeartbeat > 0, "be positive (e.g. 1s)", cfg.ReplicaHeartbeat.String()},
+		{"replica-dead-after", deadAfterOK,
+			fmt.Sprintf("be at least three heartbeats (3 × -replica-heartbeat = %s)", 3*cfg.ReplicaHeartbeat), cfg.ReplicaDeadAfter.String()},
+		{"default-decision", cfg.DefaultDecision == "allow" || cfg.DefaultDecision == "deny", "be allow or deny", q(cfg.DefaultDecision)},
+		{"on-rule-error", cfg.OnRuleError == "allow" || cfg.OnRuleError == "deny", "be allow or deny", q(cfg.OnRuleError)},
+		{"rule-budget", cfg.RuleBudget >= 0, "not be negative (0: no time limit)", cfg.RuleBudget.String()},
+		{"agent-rate", cfg.AgentRate >= 0 && !math.IsInf(cfg.AgentRate, 0), // NaN fails >= 0
+			"be a number of requests per second, 0 or more (0: unlimited)", fmt.Sprint(cfg.AgentRate)},
+		{"agent-burst", cfg.AgentBurst >= 0, "not be negative (0: the rate)", fmt.Sprint(cfg.AgentBurst)},
+		{"retain-age", cfg.RetainAge >= 0, "not be negative (0 keeps steps of any age)", cfg.RetainAge.String()},
+		{"retain-interval", cfg.RetainInterval > 0, "be positive (e.g. 5m)", cfg.RetainInterval.String()},
+		{"public-url", cfg.PublicURL == "" || validPublicURL(cfg.PublicURL),
+			"be an absolute http(s) URL such as https://vigil.example.com", q(cfg.PublicURL)},
+		{"agentapi-approvals", cfg.AgentAPIApprovals == agentapi.ApprovalsVigil || cfg.AgentAPIApprovals == agentapi.ApprovalsClient,
+			"be vigil or client", q(cfg.AgentAPIApprovals)},
+		{"read-timeout", cfg.ReadTimeout >= 0, "not be negative (0: none)", cfg.ReadTimeout.String()},
+		{"write-timeout", cfg.WriteTimeout >= 0, "not be negative (0: none)", cfg.WriteTimeout.String()},
+		{"idle-timeout", cfg.IdleTimeout >= 0, "not be negative (0: as -read-timeout)", cfg.IdleTimeout.String()},
+		{"max-conns-per-ip", cfg.MaxConnsPerIP >= 0, "not be negative (0: unlimited)", fmt.Sprint(cfg.MaxConnsPerIP)},
+		{"max-conns", cfg.MaxConns >= 0, "not be negative (0: from the open-file limit)", fmt.Sprint(cfg.MaxConns)},
+		{"max-live-clients", cfg.MaxLiveClients >= 1, "be at least 1", fmt.Sprint(cfg.MaxLiveClients)},
+		{"max-live-per-client", cfg.MaxLivePerClient >= 1, "be at least 1", fmt.Sprint(cfg.MaxLivePerClient)},
+		{"metrics-addr", cfg.MetricsAddr == "" || validHostPort(cfg.MetricsAddr), "be HOST:PORT, or empty for none", q(cfg.MetricsAddr)},
 	}
-	if cfg.MaxLiveClients < 1 || cfg.MaxLivePerClient < 1 {
-		return cfg, errors.New("-max-live-clients and -max-live-per-client must be at least 1")
+	for _, c := range checks {
+		if !c.ok {
+			return fmt.Errorf("%s: must %s, got %s", src.name(c.flag), c.must, c.got)
+		}
 	}
-	switch cfg.DefaultDecision {
-	case "allow", "deny":
-	default:
-		return cfg, fmt.Errorf("-default-decision: must be allow or deny, got %q", cfg.DefaultDecision)
-	}
-	switch cfg.RulesMode {
-	case "merge", "replace":
-	default:
-		return cfg, fmt.Errorf("-rules-mode: must be merge or replace, got %q", cfg.RulesMode)
-	}
-	switch cfg.OnRuleError {
-	case "allow", "deny":
-	default:
-		return cfg, fmt.Errorf("-on-rule-error: must be allow or deny, got %q", cfg.OnRuleError)
-	}
-	if cfg.AgentAPIApprovals != agentapi.ApprovalsVigil && cfg.AgentAPIApprovals != agentapi.ApprovalsClient {
-		return cfg, fmt.Errorf("-agentapi-approvals: must be vigil or client, got %q", cfg.AgentAPIApprovals)
-	}
-	if cfg.RuleBudget < 0 {
-		return cfg, fmt.Errorf("-rule-budget: must not be negative, got %s", cfg.RuleBudget)
-	}
-	return cfg, nil
+	cfg.LogLevel = strings.ToLower(cfg.LogLevel)
+	return nil
+}
+
+// validHostPort reports whether addr is a listen address with a port. Checked here so a
+// malformed one is bad usage, not a failed start with a message about something else.
+func validHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port != ""
 }
 
 func defaultDBPath() string {
@@ -343,12 +486,10 @@ func defaultDBPath() string {
 	return filepath.Join(dir, "vigil", "vigil.db")
 }
 
+// newLogger builds the logger of a Config that checkConfig accepted. A Config built without
+// it (tests) gets info for an empty level, the zero slog.Level.
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		lvl = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: logLevels[strings.ToLower(cfg.LogLevel)]}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -164,6 +164,18 @@ tests:
 		{"users -h", []string{"users", "-h"}, 0, "vigil users add", ""},
 		{"hook -h", []string{"hook", "-h"}, 0, "", "vigil hook claude-code"},
 		{"completion -h", []string{"completion", "-h"}, 0, "source <(vigil completion bash)", ""},
+		// The version however it is asked for, never the desktop window's flags.
+		{"--version", []string{"--version"}, 0, "vigil " + version + "\n", ""},
+		{"-v", []string{"-v"}, 0, "vigil " + version + "\n", ""},
+		{"-version", []string{"-version"}, 0, "vigil " + version + "\n", ""},
+		{"version -h", []string{"version", "-h"}, 0, "usage: vigil version", ""},
+		{"version with an argument", []string{"version", "now"}, 2, "", `unexpected argument "now"`},
+		// help CMD is CMD's own help; every command's is checked in TestHelpCommand.
+		{"help serve", []string{"help", "serve"}, 0, "", "-max-holds-per-agent"},
+		{"--help serve", []string{"--help", "serve"}, 0, "", "-max-holds-per-agent"},
+		{"help rules check", []string{"help", "rules", "check"}, 0, "vigil rules test FILE", ""},
+		{"help of an unknown command", []string{"help", "frobnicate"}, 2, "", `vigil help: unknown command "frobnicate"`},
+		{"mcp -h", []string{"mcp", "-h"}, 0, "", "vigil mcp wrap"},
 		{"completion without a shell", []string{"completion"}, 2, "", "usage"},
 		{"completion of an unknown shell", []string{"completion", "tcsh"}, 2, "", "unknown shell"},
 		{"fish completion", []string{"completion", "fish"}, 0, "-l rules-mode", ""},
@@ -239,4 +251,131 @@ func TestAAPFlag(t *testing.T) {
 		_, err := parseConfig("serve", bad, io.Discard)
 		require.ErrorContains(t, err, "aap", bad)
 	}
+}
+
+// TestHelpCommand: `vigil help CMD` prints what `vigil CMD --help` prints, for every command
+// the completion scripts offer, and each of them runs.
+func TestHelpCommand(t *testing.T) {
+	t.Setenv("VIGIL_DB", filepath.Join(t.TempDir(), "vigil.db")) // keys and users name it
+	for _, name := range completionTree[""] {
+		t.Run(name, func(t *testing.T) {
+			_, ok := command(name)
+			require.True(t, ok, "a command the completion offers")
+			var helpOut, helpErr, flagOut, flagErr bytes.Buffer
+			require.Equal(t, 0, run([]string{"help", name}, &helpOut, &helpErr), "stderr: %s", helpErr.String())
+			require.NotEmpty(t, helpOut.String()+helpErr.String())
+			if name == "help" {
+				return // help's help is the commands, not the -h of a command called help
+			}
+			require.Equal(t, 0, run([]string{name, "--help"}, &flagOut, &flagErr), "stderr: %s", flagErr.String())
+			require.Equal(t, flagOut.String(), helpOut.String())
+			require.Equal(t, flagErr.String(), helpErr.String())
+		})
+	}
+}
+
+// TestServeRefusesBadValues: a value a flag gives no meaning is bad usage (exit 2) with a
+// message naming the flag, or the variable that set it, before anything starts.
+func TestServeRefusesBadValues(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"log level", []string{"--log-level", "loud"}, nil, `-log-level: must be debug, info, warn or error, got "loud"`},
+		{"log format", []string{"--log-format", "xml"}, nil, `-log-format: must be text or json, got "xml"`},
+		{"zero body", []string{"--max-body", "0"}, nil, "-max-body: must be at least 1 (bytes), got 0"},
+		{"negative body", []string{"--max-body", "-1"}, nil, "-max-body: must be at least 1 (bytes), got -1"},
+		{"negative hold timeout", []string{"--hold-timeout", "-5s"}, nil, "-hold-timeout: must be positive (e.g. 5m), got -5s"},
+		{"zero hold timeout", []string{"--hold-timeout", "0"}, nil, "-hold-timeout: must be positive (e.g. 5m), got 0s"},
+		{"negative rate", []string{"--agent-rate", "-3"}, nil, "-agent-rate: must be a number of requests per second, 0 or more (0: unlimited), got -3"},
+		{"NaN rate", []string{"--agent-rate", "NaN"}, nil, "-agent-rate: must be"},
+		{"infinite rate", []string{"--agent-rate", "+Inf"}, nil, "-agent-rate: must be"},
+		{"negative burst", []string{"--agent-burst", "-1"}, nil, "-agent-burst: must not be negative"},
+		{"negative retain age", []string{"--retain-age", "-1h"}, nil, "-retain-age: must not be negative (0 keeps steps of any age), got -1h0m0s"},
+		{"zero retain interval", []string{"--retain-interval", "0"}, nil, "-retain-interval: must be positive"},
+		// The bad flag is named, not the per-agent share derived from it.
+		{"negative max holds", []string{"--max-holds", "-1"}, nil, "-max-holds: must be at least 1, got -1"},
+		{"zero max holds", []string{"--max-holds", "0"}, nil, "-max-holds: must be at least 1, got 0"},
+		{"per-agent over max", []string{"--max-holds", "40", "--max-holds-per-agent", "41"}, nil, "-max-holds-per-agent: must be between 0 (a quarter of -max-holds) and -max-holds (40), got 41"},
+		{"zero hold bytes", []string{"--max-hold-bytes", "0"}, nil, "-max-hold-bytes: must be at least 1 byte"},
+		{"zero session cache", []string{"--session-cache-bytes", "0"}, nil, "-session-cache-bytes: must be at least 1 byte"},
+		{"zero heartbeat", []string{"--replica-heartbeat", "0"}, nil, "-replica-heartbeat: must be positive"},
+		{"dead after under three heartbeats", []string{"--replica-heartbeat", "5s", "--replica-dead-after", "10s"}, nil, "-replica-dead-after: must be at least three heartbeats (3 × -replica-heartbeat = 15s), got 10s"},
+		{"zero dead after", []string{"--replica-dead-after", "0"}, nil, "-replica-dead-after: must be at least three heartbeats"},
+		{"negative read timeout", []string{"--read-timeout", "-1s"}, nil, "-read-timeout: must not be negative"},
+		{"negative write timeout", []string{"--write-timeout", "-1s"}, nil, "-write-timeout: must not be negative"},
+		{"negative idle timeout", []string{"--idle-timeout", "-1s"}, nil, "-idle-timeout: must not be negative"},
+		{"negative conns per ip", []string{"--max-conns-per-ip", "-1"}, nil, "-max-conns-per-ip: must not be negative"},
+		{"negative conns", []string{"--max-conns", "-5"}, nil, "-max-conns: must not be negative"},
+		{"zero live clients", []string{"--max-live-clients", "0"}, nil, "-max-live-clients: must be at least 1, got 0"},
+		{"address without a port", []string{"--addr", "bogus"}, nil, `-addr: must be HOST:PORT (port 0 picks a free one), got "bogus"`},
+		{"metrics address without a port", []string{"--metrics-addr", "bogus"}, nil, `-metrics-addr: must be HOST:PORT`},
+		{"empty database", []string{"--db", ""}, nil, "-db: must name a SQLite file or a postgres:// URL"},
+		{"public URL", []string{"--public-url", "ftp://x"}, nil, `-public-url: must be an absolute http(s) URL`},
+		{"rule budget", []string{"--rule-budget", "-1s"}, nil, "-rule-budget: must not be negative"},
+		// The variables go through the same checks and are named in the message.
+		{"variable log level", nil, map[string]string{"VIGIL_LOG_LEVEL": "loud"}, `VIGIL_LOG_LEVEL: must be debug, info, warn or error, got "loud"`},
+		{"variable log format", nil, map[string]string{"VIGIL_LOG_FORMAT": "xml"}, "VIGIL_LOG_FORMAT: must be text or json"},
+		{"variable body", nil, map[string]string{"VIGIL_MAX_BODY": "0"}, "VIGIL_MAX_BODY: must be at least 1 (bytes), got 0"},
+		{"variable hold timeout", nil, map[string]string{"VIGIL_HOLD_TIMEOUT": "-5s"}, "VIGIL_HOLD_TIMEOUT: must be positive"},
+		{"variable rate", nil, map[string]string{"VIGIL_AGENT_RATE": "-3"}, "VIGIL_AGENT_RATE: must be"},
+		{"variable retain age", nil, map[string]string{"VIGIL_RETAIN_AGE": "-1h"}, "VIGIL_RETAIN_AGE: must not be negative"},
+		{"variable max holds", nil, map[string]string{"VIGIL_MAX_HOLDS": "-1"}, "VIGIL_MAX_HOLDS: must be at least 1, got -1"},
+		// A flag on the command line overrides its variable, and is named when it is bad.
+		{"flag over variable", []string{"--max-body", "-2"}, map[string]string{"VIGIL_MAX_BODY": "5"}, "-max-body: must be at least 1 (bytes), got -2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			// parseConfig, not run: a value that slipped through would start a guardian that
+			// serves until a signal.
+			_, err := parseConfig("serve", tc.args, io.Discard)
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, strings.HasPrefix(err.Error(), tc.want[:strings.Index(tc.want, ":")+1]), "the message starts with the flag: %v", err)
+		})
+	}
+	// Through run: exit 2, the message, and nothing started.
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"serve", "--max-holds", "-1"}, &out, &errOut), "stderr: %s", errOut.String())
+	require.Equal(t, "vigil serve: -max-holds: must be at least 1, got -1\n", errOut.String())
+	require.Empty(t, out.String())
+}
+
+// TestServeAcceptsDocumentedValues: 0 where a flag's help gives it a meaning, and log level
+// names in any case (slog read them so before they were checked).
+func TestServeAcceptsDocumentedValues(t *testing.T) {
+	cfg, err := parseConfig("serve", []string{"--agent-rate", "0", "--agent-burst", "0", "--retain-age", "0",
+		"--retain-size", "0", "--rule-budget", "0", "--max-holds-per-agent", "0", "--max-conns", "0",
+		"--max-conns-per-ip", "0", "--read-timeout", "0", "--write-timeout", "0", "--idle-timeout", "0",
+		"--log-level", "WARN", "--log-format", "json", "--addr", ":0"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "warn", cfg.LogLevel)
+	log := newLogger(cfg, io.Discard)
+	require.False(t, log.Enabled(context.Background(), slog.LevelInfo))
+	require.True(t, log.Enabled(context.Background(), slog.LevelWarn))
+
+	// Only a dead-after someone chose is held to three heartbeats; the default follows a
+	// slower heartbeat in the registry.
+	cfg, err = parseConfig("serve", []string{"--replica-heartbeat", "5s"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, cfg.ReplicaHeartbeat)
+	t.Setenv("VIGIL_REPLICA_DEAD_AFTER", "10s")
+	_, err = parseConfig("serve", []string{"--replica-heartbeat", "5s"}, io.Discard)
+	require.ErrorContains(t, err, "VIGIL_REPLICA_DEAD_AFTER: must be at least three heartbeats")
+}
+
+// TestServeHelpDespiteBadVariable: a bad VIGIL_* value does not hide the flags from -h, nor
+// from the completion scripts that read them there.
+func TestServeHelpDespiteBadVariable(t *testing.T) {
+	t.Setenv("VIGIL_MAX_BODY", "lots")
+	var errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"help", "serve"}, io.Discard, &errOut))
+	require.Contains(t, errOut.String(), "-max-body")
+	require.Contains(t, serveFlags(), "--max-body")
+	_, err := parseConfig("serve", nil, io.Discard)
+	require.ErrorContains(t, err, `VIGIL_MAX_BODY="lots"`)
 }

@@ -96,6 +96,9 @@ func parseMCPWrap(args []string, stderr io.Writer) (mcpWrapConfig, error) {
 
 // runMCP implements `vigil mcp wrap`.
 func runMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isHelp(args[0]) {
+		args = []string{"wrap", "-h"} // wrap is the only subcommand: its help is mcp's
+	}
 	if len(args) == 0 || args[0] != "wrap" {
 		fmt.Fprintf(stderr, "vigil mcp: want the wrap subcommand\n%s\n", mcpUsage)
 		return 2

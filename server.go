@@ -433,9 +433,25 @@ func publicOrigins(public string) ([]string, string, error) {
 	if public == "" {
 		return origins, "", nil
 	}
-	u, err := neturl.Parse(public)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, ok := parsePublicURL(public)
+	if !ok {
 		return nil, "", fmt.Errorf("-public-url: want an absolute http(s) URL such as https://vigil.example.com, got %q", public)
 	}
 	return append(origins, u.Scheme+"://"+u.Host), u.Hostname(), nil
+}
+
+// parsePublicURL reads --public-url: an absolute http(s) URL with a host.
+func parsePublicURL(public string) (*neturl.URL, bool) {
+	u, err := neturl.Parse(public)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, false
+	}
+	return u, true
+}
+
+// validPublicURL reports whether --public-url is one parsePublicURL accepts; parseConfig
+// checks it so a bad one is bad usage (exit 2) rather than a failed start.
+func validPublicURL(public string) bool {
+	_, ok := parsePublicURL(public)
+	return ok
 }
