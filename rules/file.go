@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -123,9 +124,11 @@ type nodePos struct {
 }
 
 var (
-	ruleKeys     = keySet("id", "name", "description", "when", "action", "message", "reasonCode", "priority", "mode", "enabled", "hold", "modify", "expiresAt", "version", "updatedAt")
-	holdKeys     = keySet("timeout", "onTimeout")
-	modifyKeys   = keySet("redact", "set")
+	// A rule's fields are those its JSON decoding knows, so the file and the API accept the
+	// same ones.
+	ruleKeys     = keySet(fieldNames(new(Rule).jsonFields())...)
+	holdKeys     = keySet(fieldNames(new(HoldSpec).jsonFields())...)
+	modifyKeys   = keySet(fieldNames(new(ModifySpec).jsonFields())...)
 	testKeys     = keySet("name", "step", "history", "expect", "reasonCode", "rule", "now")
 	stepKeys     = keySet("method", "params")
 	historyKeys  = keySet("method", "kind", "tool", "decision", "text", "seq", "receivedAt", "repeat")
@@ -161,14 +164,13 @@ func ParseFile(name string, data []byte) (*File, error) {
 			return nil, ferr(0, 0, err)
 		}
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlError(name, err)
+	top, err := singleDocument(name, data)
+	if err != nil {
+		return nil, err
 	}
-	if root.Kind == 0 || len(root.Content) == 0 {
+	if top == nil {
 		return f, nil
 	}
-	top := root.Content[0]
 	if top.Kind != yaml.MappingNode {
 		return nil, ferr(top.Line, top.Column, errors.New("a rules file is a mapping with `rules` and `tests`"))
 	}
@@ -202,6 +204,40 @@ func ParseFile(name string, data []byte) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// singleDocument returns the content of the file's one YAML document, nil when it has
+// none. yaml.Unmarshal reads only the first document of a stream, so a second one (after
+// `---`) would be dropped without a word: its rules never loaded, its errors never
+// reported. A document with content after the first is therefore an error. Empty
+// documents (a bare `---` before or after the rules, as editors and concatenation leave)
+// hold nothing to lose and are skipped.
+func singleDocument(name string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var top *yaml.Node
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return top, nil
+		} else if err != nil {
+			return nil, yamlError(name, err)
+		}
+		if len(doc.Content) == 0 || emptyDocument(doc.Content[0]) {
+			continue
+		}
+		if top != nil {
+			return nil, &FileError{File: name, Line: doc.Line, Column: doc.Column,
+				Message: "a second YAML document starts here, but a rules file is one document: " +
+					"move its rules and tests into the first one's `rules` and `tests`"}
+		}
+		top = doc.Content[0]
+	}
+}
+
+// emptyDocument reports whether n is the content of a document with nothing written in it
+// (an explicit `null` or `~` is something written, and is checked as a rules file).
+func emptyDocument(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
 
 func (f *File) parseRule(n *yaml.Node, lines []string) error {

@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ rules:
       tool == "transfer_funds"
         && inputs.amount > 1000
     action: hold
-    hold: {timeout: 2m, onTimeout: deny}
+    hold: {timeout: 2m, onTimeout: deny, confirm: true}
     mode: monitor
   - id: redact-cards
     when: len(pii(text)) > 0
@@ -56,7 +57,7 @@ func TestParseFileYAML(t *testing.T) {
 	require.True(t, r.Enabled, "enabled defaults to true")
 	require.Equal(t, 100, r.Priority)
 	require.Equal(t, "tool == \"transfer_funds\"\n  && inputs.amount > 1000\n", f.Rules[1].When)
-	require.Equal(t, &HoldSpec{Timeout: Duration(2 * time.Minute), OnTimeout: ActionDeny}, f.Rules[1].Hold)
+	require.Equal(t, &HoldSpec{Timeout: Duration(2 * time.Minute), OnTimeout: ActionDeny, Confirm: true}, f.Rules[1].Hold)
 	require.Equal(t, ModeMonitor, f.Rules[1].Mode)
 	require.False(t, f.Rules[2].Enabled)
 	require.Equal(t, &ModifySpec{Redact: []string{"pii", "secrets", "ACCT-[0-9]{6}"}, Set: map[string]string{"note": `"redacted"`}}, f.Rules[2].Modify)
@@ -143,6 +144,14 @@ func TestParseFileErrors(t *testing.T) {
 		{"wrong type", "p.yaml", "rules:\n  - id: a\n    priority: high\n", 3, 0, "cannot unmarshal"},
 		{"json syntax", "p.json", "{\n  \"rules\": [\n    {\"id\": \"a\",}\n  ]\n}", 3, 16, "invalid character"},
 		{"json unknown field", "p.json", "{\"rules\": [{\"id\": \"a\", \"whn\": \"true\"}]}", 1, 24, `unknown field "whn"`},
+		// yaml.Unmarshal reads the first document only: the second one's rules (and its
+		// errors) would be dropped without a word.
+		{"second document", "p.yaml", "rules:\n  - id: a\n    when: tool == \"x\"\n    action: deny\n---\nrules: [{id: b, when: nope, action: deny}]\n",
+			5, 1, "a second YAML document starts here, but a rules file is one document"},
+		{"second document after empty ones", "p.yaml", "---\n# draft\n---\nrules: []\n---\ntests: []\n", 5, 1, "a second YAML document starts here"},
+		{"second document of tests only", "p.yaml", "rules: []\n--- # tests\ntests: [{name: t}]\n", 2, 1, "a second YAML document starts here"},
+		{"second document is null", "p.yaml", "rules: []\n---\nnull\n", 2, 1, "a second YAML document starts here"},
+		{"syntax error in a later document", "p.yaml", "rules: []\n---\nrules: [\n", 3, 0, "did not find expected node content"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,6 +174,34 @@ func TestParseFileErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, f.Rules)
 	f, err = ParseFile("null.yaml", []byte("rules:\ntests:\n"))
+	require.NoError(t, err)
+	require.Empty(t, f.Rules)
+}
+
+// TestParseFileEmptyDocuments: documents with nothing in them (a bare `---` before or after
+// the rules, as editors and concatenation leave) hold no rules to lose, so they are skipped.
+func TestParseFileEmptyDocuments(t *testing.T) {
+	const doc = "rules:\n  - id: a\n    when: nope\n    action: deny\n"
+	for name, data := range map[string]string{
+		"leading ---":             "---\n" + doc,
+		"trailing ---":            doc + "---\n",
+		"trailing --- no newline": doc + "---",
+		"comment after ---":       doc + "---\n# more rules later\n",
+		"empty documents around":  "---\n---\n" + doc + "---\n---\n",
+		"document end marker":     doc + "...\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, err := ParseFile("p.yaml", []byte(data))
+			require.NoError(t, err)
+			require.Len(t, f.Rules, 1)
+			// Positions still point into the file, past the empty documents.
+			_, err = CompileFile(f, Options{})
+			var ce CompileErrors
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, strings.Count(data[:strings.Index(data, "nope")], "\n")+1, ce[0].FileLine)
+		})
+	}
+	f, err := ParseFile("p.yaml", []byte("---\n"))
 	require.NoError(t, err)
 	require.Empty(t, f.Rules)
 }

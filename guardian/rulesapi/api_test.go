@@ -117,6 +117,55 @@ func TestCRUDVersionsRestore(t *testing.T) {
 	require.Equal(t, 5, list.Rules[0].Version)
 }
 
+// TestRestoreUnchangedCreatesNoVersion: restoring the version the rule already is adds no
+// version (it used to add one with an empty diff), as saving an unchanged rule adds none.
+func TestRestoreUnchangedCreatesNoVersion(t *testing.T) {
+	f := newFixture(t)
+	f.call("POST", "/api/rules", denyTool("r", "x"), http.StatusCreated, nil)
+	versions := func() []int {
+		var vs struct {
+			Versions []record.RuleVersion `json:"versions"`
+		}
+		f.call("GET", "/api/rules/r/versions", nil, http.StatusOK, &vs)
+		out := []int{}
+		for _, v := range vs.Versions {
+			out = append(out, v.Version)
+		}
+		return out
+	}
+	restore := func(n string) ruleJSON {
+		var r ruleJSON
+		f.call("POST", "/api/rules/r/versions/"+n+"/restore", nil, http.StatusOK, &r)
+		return r
+	}
+	events := len(f.published())
+
+	r := restore("1")
+	require.Equal(t, 1, r.Version, "answered with the rule as it is")
+	require.Equal(t, t0, r.UpdatedAt)
+	require.Equal(t, []int{1}, versions())
+	require.Len(t, f.published(), events, "no rule.changed either")
+
+	f.call("PUT", "/api/rules/r", denyTool("r", "y"), http.StatusOK, nil)
+	require.Equal(t, 2, restore("2").Version)
+	// A restore that changes the rule still saves a copy as the newest version; restoring
+	// that content again (from either version) changes nothing.
+	require.Equal(t, 3, restore("1").Version)
+	require.Equal(t, 3, restore("1").Version)
+	require.Equal(t, 3, restore("3").Version)
+	require.Equal(t, []int{3, 2, 1}, versions())
+
+	// Enabled is content: restoring the enabled version of a disabled rule is a change.
+	f.call("POST", "/api/rules/r/disable", nil, http.StatusOK, nil)
+	require.True(t, restore("3").Enabled)
+	require.Equal(t, []int{5, 4, 3, 2, 1}, versions())
+
+	// A deleted rule is not current, so restoring its last version brings it back.
+	f.call("DELETE", "/api/rules/r", nil, http.StatusOK, nil)
+	require.Equal(t, 7, restore("5").Version)
+	require.Equal(t, rules.ActionDeny, f.svc.Engine().Evaluate(toolEnv("x")).Action)
+}
+
 func TestInvalidRuleIsRefused(t *testing.T) {
 	f := newFixture(t)
 	f.call("POST", "/api/rules", denyTool("keep", "rm"), http.StatusCreated, nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,6 +109,7 @@ func TestDraftRunsTimeOut(t *testing.T) {
 func TestDraftRunsAreCapped(t *testing.T) {
 	entered := make(chan struct{})
 	unblock := make(chan struct{})
+	release := sync.OnceFunc(func() { close(unblock) })
 	f := newFixture(t, func(o *Options) {
 		o.DraftQueueWait = time.Millisecond
 		o.EnvForDraft = func(method string, params json.RawMessage) (*rules.Env, error) {
@@ -116,6 +118,9 @@ func TestDraftRunsAreCapped(t *testing.T) {
 			return fakeEnvForDraft(method, params)
 		}
 	})
+	// A failure must still let the blocked runs finish, or closing the server (a cleanup
+	// registered before this one, so run after it) waits for them for ever.
+	t.Cleanup(release)
 	seedSteps(t, f.db)
 	body := map[string]any{"rules": []rules.Rule{}, "step": map[string]any{"method": "m"}}
 	statuses := make(chan int, 2)
@@ -127,15 +132,16 @@ func TestDraftRunsAreCapped(t *testing.T) {
 		<-entered
 	}
 
-	for _, path := range []string{"/api/rules/test", "/api/rules/backtest"} {
+	backtest := map[string]any{"rules": []rules.Rule{}}
+	for path, body := range map[string]any{"/api/rules/test": body, "/api/rules/backtest": backtest} {
 		var e apiErr
 		f.call("POST", path, body, http.StatusTooManyRequests, &e)
 		require.Equal(t, "busy", e.Error.Code)
 		require.Equal(t, "2 rule tests or backtests are already running; try again shortly", e.Error.Message)
 	}
 
-	close(unblock)
+	release()
 	require.Equal(t, http.StatusOK, <-statuses)
 	require.Equal(t, http.StatusOK, <-statuses)
-	f.call("POST", "/api/rules/backtest", body, http.StatusOK, nil)
+	f.call("POST", "/api/rules/backtest", backtest, http.StatusOK, nil)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
@@ -146,7 +147,7 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 		method, params = req.Step.Method, req.Step.Params
 		env, err = s.opts.EnvForDraft(method, params)
 		if err != nil {
-			return TestResult{}, fmt.Errorf("step does not decode: %w: %w", err, ErrBadRequest)
+			return TestResult{}, &stepError{what: "step", method: method, err: err}
 		}
 	case req.Seq > 0:
 		rec, err := s.store.Step(ctx, req.Seq)
@@ -159,7 +160,7 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 		}
 		env, err = s.envForStep(ctx, rec, hist)
 		if err != nil {
-			return TestResult{}, fmt.Errorf("stored step %d does not decode: %w: %w", rec.Seq, err, ErrBadRequest)
+			return TestResult{}, &stepError{what: fmt.Sprintf("stored step %d", rec.Seq), method: rec.Method, err: err}
 		}
 		method, params = requestParams(rec)
 		stored = &StoredDecision{Decision: rec.Decision, Held: rec.Held, MatchedRules: rec.MatchedRules}
@@ -192,6 +193,29 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (TestResult, error)
 	}
 	return out, nil
 }
+
+// stepError is a step the rules cannot be run on because it does not decode: a bad request.
+// Its message is the AOS error's own, as the agent sending that step would read it, without
+// the prefixes the error picks up on its way ("ruleenv: jsonrpc -32602: "), which mean
+// nothing to an operator. The cause stays reachable with errors.As.
+type stepError struct {
+	what, method string
+	err          error
+}
+
+func (e *stepError) Error() string {
+	msg := e.err.Error()
+	var ae *aos.Error
+	if errors.As(e.err, &ae) {
+		msg = ae.Message
+		if ae.Code == aos.CodeMethodNotFound {
+			msg = fmt.Sprintf("%q is not an AOS method", e.method)
+		}
+	}
+	return e.what + " does not decode: " + msg
+}
+
+func (e *stepError) Unwrap() []error { return []error{e.err, ErrBadRequest} }
 
 func (s *Service) envForStep(ctx context.Context, rec record.StepRecord, hist []record.StepRecord) (*rules.Env, error) {
 	if s.opts.EnvForStep == nil {
@@ -228,9 +252,11 @@ func requestParams(rec record.StepRecord) (string, json.RawMessage) {
 type BacktestRequest struct {
 	// Rules is the draft set; absent means the stored rules.
 	Rules []rules.Rule `json:"rules"`
-	// Limit is how many of the newest steps to replay (default 1000, at most 10000).
+	// Limit is how many of the newest steps to replay: 0 means the default (1000), a limit
+	// above MaxBacktestLimit is lowered to it, as the console API lowers a list's limit, and
+	// a negative one is refused.
 	Limit int `json:"limit"`
-	// Before, when set, ends the window before this seq.
+	// Before, when set, ends the window before this seq; a negative one is refused.
 	Before int64 `json:"before,omitempty"`
 }
 
@@ -359,13 +385,20 @@ const maxOutsideExamples = 20
 // people's decisions on holds and rules changed since the step arrived. Those are counted
 // apart, in OutsideRules.
 func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestResult, error) {
+	// A negative limit or seq names no window, so it is refused rather than replaced by the
+	// default in silence; a limit above the maximum is lowered, as every list the console
+	// API pages through lowers it.
+	if req.Limit < 0 {
+		return BacktestResult{}, positive("limit", "integer", int64(req.Limit))
+	}
+	if req.Before < 0 {
+		return BacktestResult{}, positive("before", "seq", req.Before)
+	}
 	limit := req.Limit
-	if limit <= 0 {
+	if limit == 0 {
 		limit = DefaultBacktestLimit
 	}
-	if limit > MaxBacktestLimit {
-		return BacktestResult{}, fmt.Errorf("limit %d is above %d: %w", limit, MaxBacktestLimit, ErrBadRequest)
-	}
+	limit = min(limit, MaxBacktestLimit)
 	if s.opts.EnvForStep == nil {
 		return BacktestResult{}, errors.New("rulesapi: replaying stored steps is not configured")
 	}

@@ -3,6 +3,7 @@ package rulesapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -95,10 +96,85 @@ func TestBacktest(t *testing.T) {
 	require.Equal(t, map[string]int{}, res.ByChange)
 
 	var e apiErr
-	f.call("POST", "/api/rules/backtest", map[string]any{"limit": 10001}, http.StatusBadRequest, &e)
 	f.call("POST", "/api/rules/backtest", map[string]any{"rules": []rules.Rule{{ID: "x", When: "tool ==", Action: "deny"}}},
 		http.StatusBadRequest, &e)
 	require.Equal(t, "invalid_rule", e.Error.Code)
+}
+
+// limitStore records the window a backtest asks the store for.
+type limitStore struct {
+	*sqlite.DB
+	limit  int
+	before int64
+}
+
+func (s *limitStore) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
+	s.limit, s.before = limit, before
+	return s.DB.StepsBefore(ctx, before, limit)
+}
+
+// TestBacktestWindowLimits: the window's limits follow the console API's convention (see
+// /api/sessions): left out means the default, 0 or less is refused, a limit above the
+// maximum is lowered to it. A limit of 0 or -5 used to be replaced by the default in
+// silence, while 10001 was refused.
+func TestBacktestWindowLimits(t *testing.T) {
+	store := &limitStore{}
+	f := newFixture(t, func(o *Options) {
+		store.DB = o.Store.(*sqlite.DB)
+		o.Store = store
+	})
+	steps := seedSteps(t, f.db)
+
+	refused := []struct {
+		body    string
+		message string
+	}{
+		{`{"limit":-5}`, "limit: must be a positive integer, not -5"},
+		{`{"limit":0}`, "limit: must be a positive integer, not 0"},
+		{`{"before":-1}`, "before: must be a positive seq, not -1"},
+		{`{"before":0}`, "before: must be a positive seq, not 0"},
+	}
+	for _, tc := range refused {
+		t.Run(tc.body, func(t *testing.T) {
+			var e apiErr
+			f.callIn(t, "POST", "/api/rules/backtest", tc.body, http.StatusBadRequest, &e)
+			require.Equal(t, "invalid_request", e.Error.Code)
+			require.Equal(t, tc.message, e.Error.Message)
+		})
+	}
+
+	accepted := []struct {
+		body   string
+		limit  int
+		before int64
+	}{
+		{`{}`, DefaultBacktestLimit, 0},
+		{`{"limit":null,"before":null}`, DefaultBacktestLimit, 0},
+		{`{"limit":3}`, 3, 0},
+		{`{"limit":10001}`, MaxBacktestLimit, 0},
+		{`{"limit":1000000}`, MaxBacktestLimit, 0},
+		{fmt.Sprintf(`{"before":%d}`, steps[3].Seq), DefaultBacktestLimit, steps[3].Seq},
+	}
+	for _, tc := range accepted {
+		t.Run(tc.body, func(t *testing.T) {
+			f.callIn(t, "POST", "/api/rules/backtest", tc.body, http.StatusOK, nil)
+			require.Equal(t, tc.limit, store.limit)
+			require.Equal(t, tc.before, store.before)
+		})
+	}
+
+	// The Go API: zero values mean the defaults, negative ones are refused.
+	ctx := context.Background()
+	_, err := f.svc.Backtest(ctx, BacktestRequest{})
+	require.NoError(t, err)
+	require.Equal(t, DefaultBacktestLimit, store.limit)
+	_, err = f.svc.Backtest(ctx, BacktestRequest{Limit: MaxBacktestLimit + 1})
+	require.NoError(t, err)
+	require.Equal(t, MaxBacktestLimit, store.limit)
+	_, err = f.svc.Backtest(ctx, BacktestRequest{Limit: -1})
+	require.ErrorIs(t, err, ErrBadRequest)
+	_, err = f.svc.Backtest(ctx, BacktestRequest{Before: -1})
+	require.ErrorIs(t, err, ErrBadRequest)
 }
 
 func TestBacktestCountsUndecodableSteps(t *testing.T) {

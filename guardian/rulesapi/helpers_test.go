@@ -112,6 +112,16 @@ func (f *fixture) call(method, path string, body any, status int, out any) []byt
 	return b
 }
 
+// callIn is call for a subtest: it reports to t, so a failing case fails alone.
+func (f *fixture) callIn(t *testing.T, method, path string, body any, status int, out any) {
+	t.Helper()
+	code, b := f.do(method, path, body)
+	require.Equal(t, status, code, "%s %s: %s", method, path, b)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+}
+
 // apiErr decodes an error answer.
 type apiErr struct {
 	Error struct {

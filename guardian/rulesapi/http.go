@@ -61,11 +61,11 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
-	var rule rules.Rule
-	if !s.readJSON(w, r, &rule, maxBody) {
+	var body ruleBody
+	if !s.readJSON(w, r, &body, maxBody) {
 		return
 	}
-	saved, err := s.Create(r.Context(), rule, s.opts.OperatorFrom(r))
+	saved, err := s.Create(r.Context(), rules.Rule(body), s.opts.OperatorFrom(r))
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -75,10 +75,11 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleUpdate(w http.ResponseWriter, r *http.Request) {
-	var rule rules.Rule
-	if !s.readJSON(w, r, &rule, maxBody) {
+	var body ruleBody
+	if !s.readJSON(w, r, &body, maxBody) {
 		return
 	}
+	rule := rules.Rule(body)
 	id := r.PathValue("id")
 	if rule.ID == "" {
 		rule.ID = id
@@ -186,48 +187,98 @@ func (s *Service) handleDiff(w http.ResponseWriter, r *http.Request) {
 	apijson.Write(w, http.StatusOK, d)
 }
 
+// ruleBody is a rule in a request body. Unlike a stored rule it is decoded strictly, as a
+// rules file is: a field rules do not have ("mood", a misspelt "priorty") is refused with a
+// *rules.FieldError naming it, instead of being dropped while the rest is saved. The
+// read-only fields the API answers with (viewFields) are accepted and ignored.
+type ruleBody rules.Rule
+
+func (b *ruleBody) UnmarshalJSON(data []byte) error {
+	r, err := rules.DecodeJSON(data, viewFields...)
+	if err != nil {
+		return err
+	}
+	*b = ruleBody(r)
+	return nil
+}
+
+// ruleList is a list of rules in a request body; nil (absent) and empty stay apart, since
+// an absent draft means the stored rules.
+type ruleList []ruleBody
+
+func (l ruleList) rules() []rules.Rule {
+	if l == nil {
+		return nil
+	}
+	out := make([]rules.Rule, len(l))
+	for i, r := range l {
+		out[i] = rules.Rule(r)
+	}
+	return out
+}
+
 // validateRequest is the body of POST /api/rules/validate: one of rule, when or rules.
 type validateRequest struct {
-	Rule  *rules.Rule  `json:"rule"`
-	When  *string      `json:"when"`
-	Rules []rules.Rule `json:"rules"`
+	Rule  *ruleBody `json:"rule"`
+	When  *string   `json:"when"`
+	Rules ruleList  `json:"rules"`
 }
 
 func (s *Service) handleValidate(w http.ResponseWriter, r *http.Request) {
 	var body validateRequest
-	if !s.readJSON(w, r, &body, maxFileBody) {
+	var diags []rules.Diagnostic
+	if err := decodeBody(w, r, &body, maxFileBody); err != nil {
+		// A rule field that cannot be read (unknown, or a value of the wrong form) is a
+		// problem of the rule, which is what validate answers with; anything else is a bad
+		// request.
+		var fe *rules.FieldError
+		if !errors.As(err, &fe) {
+			s.writeErr(w, r, err)
+			return
+		}
+		writeValidation(w, []rules.Diagnostic{fe.Diagnostic()})
 		return
 	}
-	var diags []rules.Diagnostic
 	switch {
 	case body.Rule != nil:
 		var inv *InvalidRulesError
-		if err := validate(*body.Rule); errors.As(err, &inv) {
+		if err := validate(rules.Rule(*body.Rule)); errors.As(err, &inv) {
 			diags = inv.Diagnostics
 		}
 	case body.When != nil:
 		diags = rules.ValidateExpr(*body.When)
 	case body.Rules != nil:
 		var ce rules.CompileErrors
-		if _, err := rules.Compile(body.Rules, s.draftOptions()); errors.As(err, &ce) {
+		if _, err := rules.Compile(body.Rules.rules(), s.draftOptions()); errors.As(err, &ce) {
 			diags = ce
 		}
 	default:
 		s.writeErr(w, r, fmt.Errorf(`give "rule", "when" or "rules": %w`, ErrBadRequest))
 		return
 	}
+	writeValidation(w, diags)
+}
+
+func writeValidation(w http.ResponseWriter, diags []rules.Diagnostic) {
 	if diags == nil {
 		diags = []rules.Diagnostic{}
 	}
 	apijson.Write(w, http.StatusOK, map[string]any{"ok": len(diags) == 0, "errors": diags})
 }
 
+// testBody is the body of POST /api/rules/test (see TestRequest).
+type testBody struct {
+	Rules ruleList        `json:"rules"`
+	Step  *rules.TestStep `json:"step"`
+	Seq   int64           `json:"seq"`
+}
+
 func (s *Service) handleTest(w http.ResponseWriter, r *http.Request) {
-	var body TestRequest
+	var body testBody
 	if !s.readJSON(w, r, &body, maxFileBody) {
 		return
 	}
-	res, err := s.Test(r.Context(), body)
+	res, err := s.Test(r.Context(), TestRequest{Rules: body.Rules.rules(), Step: body.Step, Seq: body.Seq})
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -235,12 +286,36 @@ func (s *Service) handleTest(w http.ResponseWriter, r *http.Request) {
 	apijson.Write(w, http.StatusOK, res)
 }
 
+// backtestBody is the body of POST /api/rules/backtest (see BacktestRequest). Limit and
+// Before are pointers to tell a 0 that was sent, which is refused as ?limit=0 is elsewhere
+// in the API, from one left out, which means the default.
+type backtestBody struct {
+	Rules  ruleList `json:"rules"`
+	Limit  *int     `json:"limit"`
+	Before *int64   `json:"before"`
+}
+
 func (s *Service) handleBacktest(w http.ResponseWriter, r *http.Request) {
-	var body BacktestRequest
+	var body backtestBody
 	if !s.readJSON(w, r, &body, maxFileBody) {
 		return
 	}
-	res, err := s.Backtest(r.Context(), body)
+	req := BacktestRequest{Rules: body.Rules.rules()}
+	if body.Limit != nil {
+		if err := positive("limit", "integer", int64(*body.Limit)); err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		req.Limit = *body.Limit
+	}
+	if body.Before != nil {
+		if err := positive("before", "seq", *body.Before); err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		req.Before = *body.Before
+	}
+	res, err := s.Backtest(r.Context(), req)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -315,12 +390,61 @@ func (s *Service) handleReload(w http.ResponseWriter, r *http.Request) {
 // readJSON decodes a JSON body of at most limit bytes into v, answering the error itself
 // when it cannot.
 func (s *Service) readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	if err := dec.Decode(v); err != nil {
-		s.writeErr(w, r, fmt.Errorf("request body is not valid JSON: %w: %w", err, ErrBadRequest))
+	if err := decodeBody(w, r, v, limit); err != nil {
+		s.writeErr(w, r, err)
 		return false
 	}
 	return true
+}
+
+// decodeBody decodes a JSON body of at most limit bytes into v. A field v does not have is
+// an error, as a rule's is (ruleBody), and so is anything after the JSON value: either
+// would otherwise be dropped without a word.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var (
+		fe *rules.FieldError
+		se *json.SyntaxError
+		te *json.UnmarshalTypeError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &fe):
+		// A rule's field: writeErr answers it as the rule's own problem.
+		return err
+	case errors.As(err, &se), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("request body is not valid JSON: %w: %w", err, ErrBadRequest)
+	case errors.As(err, &te):
+		// Name the field in JSON terms; the Go types in err mean nothing to a client.
+		if te.Field == "" {
+			return fmt.Errorf("request body must be a JSON object, not a JSON %s: %w", te.Value, ErrBadRequest)
+		}
+		return fmt.Errorf("request body: %s cannot be a JSON %s: %w", te.Field, te.Value, ErrBadRequest)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no type for this error; its text is documented behaviour.
+		return fmt.Errorf("request body: %s: %w", strings.TrimPrefix(err.Error(), "json: "), ErrBadRequest)
+	default:
+		return fmt.Errorf("request body: %w: %w", err, ErrBadRequest)
+	}
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return fmt.Errorf("request body holds more than one JSON value: %w", ErrBadRequest)
+	}
+	return nil
+}
+
+// positive refuses a value of a request field below 1, as the console API refuses a limit
+// of 0 or less: what is meant cannot be guessed, so no default is put in its place.
+func positive(field, what string, v int64) error {
+	if v < 1 {
+		return fmt.Errorf("%s: must be a positive %s, not %d: %w", field, what, v, ErrBadRequest)
+	}
+	return nil
 }
 
 // apiError is the body of every error answer.
@@ -346,6 +470,7 @@ type filePosition struct {
 func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		inv    *InvalidRulesError
+		field  *rules.FieldError
 		fe     *rules.FileError
 		tooBig *http.MaxBytesError
 	)
@@ -356,6 +481,12 @@ func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 			msg += ": " + inv.Diagnostics[0].String()
 		}
 		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_rule", msg, inv.Diagnostics}})
+	case errors.As(err, &field):
+		// A field of a rule in the body that cannot be read: answered as the rule's other
+		// field problems are (a hold timeout over 24h, say), with the field in the details.
+		d := field.Diagnostic()
+		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_rule", "the rule is not valid: " + d.String(),
+			[]rules.Diagnostic{d}}})
 	case errors.As(err, &fe):
 		apijson.Write(w, http.StatusBadRequest, apiError{errorBody{"invalid_file", fe.Error(),
 			[]filePosition{{File: fe.File, Line: fe.Line, Column: fe.Column, Message: fe.Message}}}})

@@ -104,3 +104,50 @@ func TestWithRuleEnv(t *testing.T) {
 		"method": "steps/toolCallRequest", "params": toolCallParams("sC", "s1", "send_email", "eve@evil.example")}}, &tr)
 	require.Equal(t, rules.ActionAllow, tr.Decision)
 }
+
+// TestStepErrorsAreClean: a step the rules cannot read is answered with the AOS error's own
+// message, as the agent would get it, not with the Go error chain ("ruleenv: jsonrpc
+// -32602: …").
+func TestStepErrorsAreClean(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	bad := record.StepRecord{SessionID: "s", Method: "steps/toolCallRequest", Decision: "allow",
+		Request: json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":{"nope":1}}`)}
+	require.NoError(t, db.SaveStep(ctx, &bad))
+
+	svc := rulesapi.New(rulesapi.Options{Store: db, EnvForStep: envForStep, EnvForDraft: ruleenv.FromMethodParams})
+	require.NoError(t, svc.Start(ctx))
+	mux := http.NewServeMux()
+	svc.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	cases := []struct {
+		name, body, message string
+	}{
+		{"params without context", `{"rules":[],"step":{"method":"steps/toolCallRequest","params":{"nope":1}}}`,
+			"step does not decode: invalid params: params.context: required"},
+		{"params as an array", `{"rules":[],"step":{"method":"steps/toolCallRequest","params":[1]}}`,
+			"step does not decode: invalid params: params: must be an object, not an array"},
+		{"unknown method", `{"rules":[],"step":{"method":"nope/x","params":{}}}`,
+			`step does not decode: "nope/x" is not an AOS method`},
+		{"stored step", fmt.Sprintf(`{"rules":[],"seq":%d}`, bad.Seq),
+			fmt.Sprintf("stored step %d does not decode: invalid params: params.context: required", bad.Seq)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := srv.Client().Post(srv.URL+"/api/rules/test", "application/json", bytes.NewBufferString(tc.body))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			var e struct {
+				Error struct{ Code, Message string } `json:"error"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+			require.Equal(t, "invalid_request", e.Error.Code)
+			require.Equal(t, tc.message, e.Error.Message)
+		})
+	}
+}

@@ -510,7 +510,9 @@ func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, opera
 }
 
 // Restore saves version n of a rule as its newest version; this also brings back a
-// deleted rule.
+// deleted rule. Restoring a version the rule already equals (the current one, say) changes
+// nothing and returns the rule unchanged, as saving an unchanged rule does: a version whose
+// diff is empty would only bury the history's real changes.
 func (s *Service) Restore(ctx context.Context, id string, version int, operator string) (rules.Rule, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -521,6 +523,9 @@ func (s *Service) Restore(ctx context.Context, id string, version int, operator 
 	cur, err := s.store.ListRules(ctx)
 	if err != nil {
 		return rules.Rule{}, err
+	}
+	if old, ok := find(cur, id); ok && sameContent(old, v.Rule) {
+		return old, nil
 	}
 	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpRestore, Rule: v.Rule}}, operator, "")
 	if err != nil {
@@ -637,6 +642,12 @@ func (s *Service) importRules(ctx context.Context, f *rules.File, mode, operator
 	s.log.Info("rules imported", "file", f.Name(), "mode", mode, "changed", len(changes), "operator", operator)
 	return len(changes), saved, nil
 }
+
+// viewFields are the JSON fields RuleView adds to a rule's own. They are read-only, yet a
+// client may send a rule back as it got it (the console's held-step check sends the rules
+// of GET /api/rules to POST /api/rules/test), so a rule in a request may carry them; they
+// are ignored there. Keep this in step with RuleView.MarshalJSON.
+var viewFields = []string{"expired", "stats", "fromFile"}
 
 // RuleView is a rule as the API lists it: with its counters and whether it has expired.
 type RuleView struct {
