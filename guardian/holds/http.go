@@ -295,8 +295,10 @@ func parseExpiresIn(s string) (time.Duration, error) {
 	} else {
 		d, err = time.ParseDuration(s)
 	}
-	if err != nil || d <= 0 {
-		return 0, &FieldError{Field: "remember.expiresIn", Message: `expiresIn must be a positive duration such as "24h" or "7d"`}
+	if err != nil || d <= 0 || d > MaxRememberFor {
+		return 0, &FieldError{Field: "remember.expiresIn", Message: fmt.Sprintf(
+			`expiresIn must be a duration such as "24h" or "7d", at least 1s and at most %d days, not %q`,
+			MaxRememberFor/(24*time.Hour), s)}
 	}
 	return d, nil
 }

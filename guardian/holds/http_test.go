@@ -159,6 +159,8 @@ func TestHTTPValidation(t *testing.T) {
 		{"remember on deny", "POST", "/api/holds/" + h.ID + "/deny", map[string]any{"operator": "a", "remember": map[string]any{"scope": "tool"}}, 400, "bad_request", "remember", "approval"},
 		{"remember bad scope", "POST", "/api/holds/" + h.ID + "/approve", map[string]any{"operator": "a", "remember": map[string]any{"scope": "everything"}}, 400, "bad_request", "remember.scope", "scope"},
 		{"remember bad expiry", "POST", "/api/holds/" + h.ID + "/approve", map[string]any{"operator": "a", "remember": map[string]any{"scope": "tool", "expiresIn": "soon"}}, 400, "bad_request", "remember.expiresIn", "duration"},
+		{"remember expiry too long in days", "POST", "/api/holds/" + h.ID + "/approve", map[string]any{"operator": "a", "remember": map[string]any{"scope": "tool", "expiresIn": "999d"}}, 400, "bad_request", "remember.expiresIn", "at most 366 days"},
+		{"remember expiry too long in hours", "POST", "/api/holds/" + h.ID + "/approve", map[string]any{"operator": "a", "remember": map[string]any{"scope": "tool", "expiresIn": "9000h"}}, 400, "bad_request", "remember.expiresIn", "at most 366 days"},
 		{"long note", "POST", "/api/holds/" + h.ID + "/approve", map[string]any{"operator": "a", "note": strings.Repeat("n", 5000)}, 400, "bad_request", "note", "longer"},
 		{"unknown hold", "POST", "/api/holds/h_nope/approve", map[string]any{"operator": "a"}, 404, "not_found", "", "not found"},
 		{"unknown hold get", "GET", "/api/holds/h_nope", nil, 404, "not_found", "", "not found"},

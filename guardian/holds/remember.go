@@ -78,7 +78,7 @@ func RememberRule(req Request, spec RememberSpec, operator, holdID string, now t
 		expires = DefaultRememberFor
 	}
 	if expires < 0 || expires > MaxRememberFor {
-		return rules.Rule{}, &FieldError{Field: "remember.expiresIn", Message: fmt.Sprintf("expiresIn must be between 1s and %s", MaxRememberFor)}
+		return rules.Rule{}, &FieldError{Field: "remember.expiresIn", Message: fmt.Sprintf("expiresIn must be at least 1s and at most %d days", MaxRememberFor/(24*time.Hour))}
 	}
 	when := "agent.id == " + strconv.Quote(req.AgentID) + " && tool == " + strconv.Quote(req.Tool)
 	name := fmt.Sprintf("Remembered: %s may call %s", req.AgentID, req.Tool)
