@@ -13,6 +13,22 @@ import (
 
 // waitIndexed waits until search sees every stored step: a backend may index in the
 // background (record.SearchPage.IndexLag).
+// requireFinds checks that q finds the steps seq[i] for each i of want, in that order.
+func requireFinds(t *testing.T, db storage.Backend, q record.SearchQuery, seq []int64, want []int) {
+	t.Helper()
+	wantSeqs := []int64{}
+	for _, i := range want {
+		wantSeqs = append(wantSeqs, seq[i])
+	}
+	page, err := db.Search(bg(), q)
+	require.NoError(t, err)
+	got := []int64{}
+	for _, h := range page.Steps {
+		got = append(got, h.Seq)
+	}
+	require.Equal(t, wantSeqs, got)
+}
+
 func waitIndexed(t *testing.T, db storage.Backend) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -87,19 +103,7 @@ var searchCases = []testCase{
 			{"query syntax is plain text", record.SearchQuery{Text: `NEAR(payroll) OR "* AND -x:y ^ & | ! <-> :*`}, nil},
 			{"only punctuation finds everything", record.SearchQuery{Text: `"*" - & | ! ' :`}, []int{3, 2, 1, 0}},
 		} {
-			t.Run(tc.name, func(t *testing.T) {
-				want := []int64{}
-				for _, i := range tc.want {
-					want = append(want, seq[i])
-				}
-				page, err := db.Search(bg(), tc.q)
-				require.NoError(t, err)
-				got := []int64{}
-				for _, h := range page.Steps {
-					got = append(got, h.Seq)
-				}
-				require.Equal(t, want, got)
-			})
+			t.Run(tc.name, func(t *testing.T) { requireFinds(t, db, tc.q, seq, tc.want) })
 		}
 
 		page, err := db.Search(bg(), record.SearchQuery{Text: "payroll"})
@@ -177,19 +181,7 @@ var searchCases = []testCase{
 			{"two of them", record.SearchQuery{Session: "🙂🙂🙂", User: "%"}, []int{1}},
 			{"two that exclude each other", record.SearchQuery{Session: "---", User: "%"}, nil},
 		} {
-			t.Run(tc.name, func(t *testing.T) {
-				want := []int64{}
-				for _, i := range tc.want {
-					want = append(want, seq[i])
-				}
-				page, err := db.Search(bg(), tc.q)
-				require.NoError(t, err)
-				got := []int64{}
-				for _, h := range page.Steps {
-					got = append(got, h.Seq)
-				}
-				require.Equal(t, want, got)
-			})
+			t.Run(tc.name, func(t *testing.T) { requireFinds(t, db, tc.q, seq, tc.want) })
 		}
 	}},
 }
