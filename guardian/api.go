@@ -38,7 +38,16 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 		}
 		apijson.Error(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	mux.Handle("/", uiHandler(ui))
+	// The gateways' prefixes: a name no --aap, --agentapi or --mcp configured, or a path
+	// that is not one of the protocol's endpoints, is a 404 the client can read, not the
+	// console's page.
+	for _, prefix := range []string{"/aap/", "/agentapi/", "/mcp/"} {
+		mux.HandleFunc(prefix, func(w http.ResponseWriter, r *http.Request) {
+			apijson.Error(w, http.StatusNotFound, "not_found",
+				"no such gateway endpoint: "+r.Method+" "+r.URL.Path+" (is the upstream's name configured?)")
+		})
+	}
+	mux.Handle("/", readOnly(uiHandler(ui)))
 	return SecurityHeaders(g.hostCheck(mux))
 }
 
@@ -403,6 +412,20 @@ func intParam(w http.ResponseWriter, raw, name string, def, lo, hi int) (int, bo
 // uiHandler serves the embedded console. Unknown paths get index.html so the client-side
 // router can handle them; a no_ui build (nil ui) gets a short page saying the console is not
 // built in.
+// readOnly answers any method but GET and HEAD with 405: the console's files are only
+// read, and a POST there is a client at the wrong URL, which should not get a page back.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			apijson.Error(w, http.StatusMethodNotAllowed, "method_not_allowed",
+				r.Method+" "+r.URL.Path+": the console's pages are read with GET; the AOS endpoint is POST /aos")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func uiHandler(ui fs.FS) http.Handler {
 	if ui != nil {
 		if _, err := fs.Stat(ui, "index.html"); err != nil {

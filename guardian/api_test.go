@@ -98,3 +98,52 @@ func TestSessionIDsInPaths(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	})
 }
+
+// A path under a gateway's prefix that no configured gateway serves, or any method but GET
+// and HEAD on the console's pages, is answered in JSON with its status: a client at the
+// wrong URL must not get the console's page with 200. A mounted gateway's own routes win.
+func TestWrongURLsAreNotTheConsole(t *testing.T) {
+	mounted := func(w http.ResponseWriter, r *http.Request) {
+		apijson.Write(w, http.StatusOK, map[string]string{"pattern": r.Pattern})
+	}
+	e := newEnv(t, "", guardian.Options{Mount: []func(*http.ServeMux){func(mux *http.ServeMux) {
+		mux.HandleFunc("POST /agentapi/demo/process", mounted)
+		mux.HandleFunc("/mcp/demo", mounted)
+		mux.HandleFunc("/aap/demo/", mounted)
+	}}}, guardian.Config{})
+	tests := []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"POST", "/aap/nope/sessions", http.StatusNotFound, "not_found"},
+		{"POST", "/agentapi/nope/process", http.StatusNotFound, "not_found"},
+		{"GET", "/agentapi/demo/", http.StatusNotFound, "not_found"},
+		{"POST", "/mcp/nope", http.StatusNotFound, "not_found"},
+		{"POST", "/", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"DELETE", "/index.html", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"POST", "/agentapi/demo/process", http.StatusOK, ""},
+		{"POST", "/mcp/demo", http.StatusOK, ""},
+		{"POST", "/aap/demo/sessions", http.StatusOK, ""},
+		{"GET", "/", http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, e.srv.URL+tt.path, strings.NewReader("{}"))
+			require.NoError(t, err)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, tt.status, resp.StatusCode)
+			if tt.code == "" {
+				return
+			}
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var body struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			require.Equal(t, tt.code, body.Error.Code)
+		})
+	}
+}
