@@ -26,6 +26,9 @@ type fakeAgent struct {
 	auth []string
 	// think is how long the agent takes before it answers (a model's time), for benchmarks.
 	think time.Duration
+	// answer, when set, answers every /process call in place of the script, given the
+	// text of the last input message: a faulty upstream writes exactly what a test needs.
+	answer func(w http.ResponseWriter, text string)
 }
 
 func (f *fakeAgent) requests() [][]byte {
@@ -163,6 +166,10 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if t, ok := cc.text(); ok {
 			text += t
 		}
+	}
+	if f.answer != nil {
+		f.answer(w, text)
+		return
 	}
 	var out []byte
 	s := newScript()

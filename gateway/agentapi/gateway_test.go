@@ -350,6 +350,8 @@ func TestBadRequestsAreRefusedAndNothingStored(t *testing.T) {
 		{"bad text", `{"input":[{"role":"user","content":[{"type":"text","text":5}]}]}`, "invalid request: input[0].content[0].text: want a string"},
 		{"bad stream", `{"input":[],"stream":"yes"}`, "invalid request: stream: want true or false"},
 		{"bad session", `{"input":[],"session_id":7}`, "invalid request: session_id: want a string"},
+		{"bad image url", `{"input":[{"role":"user","content":[{"type":"image","image_url":5}]}]}`, "invalid request: input[0].content[0].image_url: want a string, not number"},
+		{"bad tool output", `{"input":[{"type":"function_call_output","content":[{"type":"data","data":"out"}]}]}`, "invalid request: input[0].content[0].data: want an object"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

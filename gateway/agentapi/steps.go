@@ -51,10 +51,12 @@ func (s *stepper) build(method string, params map[string]any) (*aos.Step, error)
 
 // messageStep is steps/message for a user's or the agent's message.
 func (s *stepper) messageStep(m *message, role string) (*aos.Step, error) {
+	cs, err := readParts(m)
+	if err != nil {
+		return nil, fmt.Errorf("agentapi: message step: %w", err)
+	}
 	parts := make([]any, 0, len(m.Content))
-	for _, raw := range m.Content {
-		var c content
-		_ = json.Unmarshal(raw, &c)
+	for _, c := range cs {
 		switch t, isText := c.text(); {
 		case isText:
 			parts = append(parts, map[string]any{"kind": "text", "text": t})
@@ -69,6 +71,12 @@ func (s *stepper) messageStep(m *message, role string) (*aos.Step, error) {
 			parts = append(parts, map[string]any{"kind": "data", "data": data})
 		}
 	}
+	if len(parts) == 0 {
+		// The protocol's content is optional; an AOS message needs a part. A message
+		// without content (absent, null or []) is judged as one with an empty text, so the
+		// rules still see it; a modification of that placeholder maps to no part.
+		parts = append(parts, map[string]any{"kind": "text", "text": ""})
+	}
 	id := m.ID
 	if id == "" {
 		id = "msg-" + strconv.Itoa(s.n+1)
@@ -76,18 +84,25 @@ func (s *stepper) messageStep(m *message, role string) (*aos.Step, error) {
 	return s.build("steps/message", map[string]any{"message": map[string]any{"id": id, "role": role, "content": parts}})
 }
 
-// callOf returns the call data of a tool call or tool output message (its first data part).
-func callOf(m *message) (callData, int) {
-	for i, raw := range m.Content {
-		var c content
-		if json.Unmarshal(raw, &c) == nil && len(c.Data) > 0 && !isNull(c.Data) {
-			var d callData
-			if json.Unmarshal(c.Data, &d) == nil {
-				return d, i
-			}
-		}
+// callOf returns the call data of a tool call or tool output message (the data of its
+// first part that has some) and that part's index, -1 when none has. Parts and data are
+// read exactly, as the runtime reads them: the call judged is the call the peer runs.
+func callOf(m *message) (callData, int, error) {
+	parts, err := readParts(m)
+	if err != nil {
+		return callData{}, -1, err
 	}
-	return callData{}, -1
+	for i, c := range parts {
+		if len(c.Data) == 0 || isNull(c.Data) {
+			continue
+		}
+		var d callData
+		if err := decodeExact(c.Data, &d); err != nil {
+			return callData{}, -1, under(fmt.Sprintf("content[%d].data", i), err)
+		}
+		return d, i, nil
+	}
+	return callData{}, -1, nil
 }
 
 // arguments returns a call's arguments as named inputs, in order: the members of the JSON

@@ -42,25 +42,32 @@ type turn struct {
 	heldBytes  int
 	// replace maps an output item's id to what the client gets instead (nil: nothing).
 	replace map[string][]byte
+	// sent maps the id of a message the client got as the upstream sent it to that message
+	// (its sequence_number null, as in an output list).
+	sent map[string][]byte
 	// added are messages the gateway put in the output (notices).
 	added []json.RawMessage
 	// approvals are Vigil's answers to mcp_approval_requests, sent upstream after the
 	// response that asked.
 	approvals []json.RawMessage
 	mayAct    map[string]bool
+	// appError: the upstream sent the runtime's application error ({"error": …}), after
+	// which its stream may end without a final response.
+	appError bool
 }
 
 // held is a message the gateway is watching: its events are held back when it must be
 // judged before the client sees it.
 type held struct {
-	typ, role string
-	buffer    bool
-	events    [][]byte
+	typ    string
+	buffer bool
+	events [][]byte
 }
 
 func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request, received time.Time) (*turn, error) {
 	t := &turn{gw: gw, w: w, rc: http.NewResponseController(w), r: r, ctx: r.Context(), req: req,
-		streaming: req.stream, msgs: map[string]*held{}, replace: map[string][]byte{}, mayAct: map[string]bool{}}
+		streaming: req.stream, msgs: map[string]*held{}, replace: map[string][]byte{}, sent: map[string][]byte{},
+		mayAct: map[string]bool{}}
 	t.meta = guardian.RequestMeta{Protocol: guardian.ProtocolAgentAPI, Upstream: gw.cfg.Name, ReceivedAt: received,
 		RemoteAddr: r.RemoteAddr}
 	agentID := "agentapi:" + gw.cfg.Name
@@ -124,8 +131,15 @@ func (t *turn) fail(status int, code, msg string) {
 	t.emitNew(&r.Seq, &r)
 }
 
-// internal ends the turn after a guardian failure: fail closed.
+// internal ends the turn after a failure: fail closed. The client is told whose fault it
+// is in the product's words; the detail goes to the log.
 func (t *turn) internal(err error) {
+	var bad *upstreamError
+	if errors.As(err, &bad) {
+		t.gw.log.Warn("upstream answer refused", "session", t.st.session, "problem", bad.msg, "err", bad.err)
+		t.fail(http.StatusBadGateway, codeUpstreamBad, bad.msg)
+		return
+	}
 	var refused *aos.Error
 	if errors.As(err, &refused) {
 		t.gw.log.Warn("step refused", "session", t.st.session, "message", refused.Message)
@@ -134,6 +148,37 @@ func (t *turn) internal(err error) {
 	}
 	t.gw.log.Error("decide step", "session", t.st.session, "err", err)
 	t.fail(http.StatusServiceUnavailable, codeGuardian, "guardian unavailable: the step could not be decided or recorded")
+}
+
+// upstreamError is an upstream answer the gateway cannot relay: one it cannot read (so
+// cannot judge), or one past a limit. The turn fails closed with UPSTREAM_INVALID_RESPONSE.
+type upstreamError struct {
+	msg string // what the client is told
+	err error  // the detail, for the log
+}
+
+func (e *upstreamError) Error() string { return "agentapi: " + e.msg + ": " + e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// unreadable is an upstream answer the gateway could not read: it cannot be judged, so it
+// must not be relayed.
+func (t *turn) unreadable(err error) error {
+	msg := "the upstream's response could not be read"
+	if t.streaming {
+		msg = "the upstream sent an event Vigil cannot read"
+	}
+	return &upstreamError{msg: msg, err: err}
+}
+
+// sizeText is a byte limit as people write it.
+func sizeText(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // start writes the SSE headers once.
@@ -231,13 +276,16 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 		var (
 			step *aos.Step
 			err  error
+			idx  = -1
 		)
 		switch {
 		case m.Type == typeMessage && m.Role == "user":
 			step, err = t.st.messageStep(m, "user")
 		case m.Type == typeFunctionCallOutput:
-			d, _ := callOf(m)
-			step, err = t.st.outputStep(d)
+			var d callData
+			if d, idx, err = callOf(m); err == nil {
+				step, err = t.st.outputStep(d)
+			}
 		default:
 			continue
 		}
@@ -259,7 +307,6 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 			t.reject(v)
 			return nil, true, true
 		case v.Decision == string(aos.Deny):
-			_, idx := callOf(m)
 			if idx >= 0 {
 				nb, err = rewriteCall(input[i], m, idx, "output", notice(v))
 			}
@@ -270,7 +317,6 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 			}
 		case v.Decision == string(aos.Modify):
 			var out string
-			_, idx := callOf(m)
 			if out, err = modifiedOutput(v.ModifiedParams); err == nil && idx >= 0 {
 				nb, err = rewriteCall(input[i], m, idx, "output", out)
 			}
@@ -418,9 +464,11 @@ func approvalResponse(id string, approve bool, reason string) json.RawMessage {
 }
 
 // classify says how a message type is judged: which step, whether the gateway can stop it.
-func (t *turn) classify(typ, role string) (kind string, enforceable bool) {
+func (t *turn) classify(typ string) (kind string, enforceable bool) {
 	switch {
-	case typ == typeMessage && (role == "assistant" || role == ""):
+	case msgType(typ) == typeMessage:
+		// Whatever its role: what the upstream says reaches the client, so it is judged as
+		// the agent's.
 		return "message", true
 	case typ == typeFunctionCall:
 		return "call", true
@@ -437,8 +485,8 @@ func (t *turn) classify(typ, role string) (kind string, enforceable bool) {
 
 // buffers says whether a message of this type must be held until complete: when the
 // gateway can apply a verdict on it and the guardian could decide anything but allow.
-func (t *turn) buffers(typ, role string) bool {
-	kind, enforceable := t.classify(typ, role)
+func (t *turn) buffers(typ string) bool {
+	kind, enforceable := t.classify(typ)
 	if kind == "" || !enforceable {
 		return false
 	}
@@ -475,23 +523,30 @@ type judged struct {
 // judge decides one complete message (an output item, or a completed message event) and
 // returns what the client gets.
 func (t *turn) judge(raw []byte) (judged, error) {
-	var m message
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return judged{out: raw}, nil
+	// What is judged must be what the client reads: a message the gateway cannot read
+	// exactly is not relayed.
+	m, err := readMessage(raw)
+	if err != nil {
+		return judged{}, t.unreadable(err)
 	}
-	kind, enforceable := t.classify(m.Type, m.Role)
+	kind, enforceable := t.classify(m.Type)
 	var (
 		step *aos.Step
-		err  error
+		d    callData
+		idx  = -1
 	)
-	d, idx := callOf(&m)
 	switch kind {
 	case "message":
 		step, err = t.st.messageStep(&m, "agent")
-	case "call", "approval":
-		step, err = t.st.callStep(d)
-	case "output":
-		step, err = t.st.outputStep(d)
+	case "call", "approval", "output":
+		if d, idx, err = callOf(&m); err != nil {
+			return judged{}, t.unreadable(err)
+		}
+		if kind == "output" {
+			step, err = t.st.outputStep(d)
+		} else {
+			step, err = t.st.callStep(d)
+		}
 	default:
 		return judged{out: raw}, nil
 	}
@@ -587,9 +642,17 @@ func (t *turn) relayStream(resp *http.Response) {
 		return
 	}
 	if final == nil {
-		return // the upstream ended without a final response: so does the client's stream
+		if t.appError {
+			return // the runtime's application error ended the stream: the client has it
+		}
+		t.internal(&upstreamError{msg: "the upstream's stream ended before its final response", err: io.ErrUnexpectedEOF})
+		return
 	}
-	output := t.rewriteOutput(final)
+	output, err := t.rewriteOutput(final)
+	if err != nil {
+		t.internal(err)
+		return
+	}
 	for fh.Status == statusCompleted && len(t.approvals) > 0 && t.round < t.gw.cfg.MaxRounds {
 		t.round++
 		next, ok := t.post(t.followUp(true))
@@ -605,7 +668,12 @@ func (t *turn) relayStream(resp *http.Response) {
 			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream ended its answer to an approval without a response")
 			return
 		}
-		output = append(output, t.rewriteOutput(final)...)
+		more, err := t.rewriteOutput(final)
+		if err != nil {
+			t.internal(err)
+			return
+		}
+		output = append(output, more...)
 	}
 	t.emitFinal(final, &fh, output)
 }
@@ -632,38 +700,70 @@ func (t *turn) emitFinal(final []byte, fh *head, output []json.RawMessage) {
 }
 
 // rewriteOutput applies the turn's verdicts to a final response's output list; nil when the
-// response has none.
-func (t *turn) rewriteOutput(final []byte) []json.RawMessage {
+// response has none. An item is what the client was given of that message; an item the
+// client was not given as it stands (a message never streamed, or one that differs from
+// the message judged) is judged now, as a non-streamed answer's would be.
+func (t *turn) rewriteOutput(final []byte) ([]json.RawMessage, error) {
 	var r struct {
 		Output []json.RawMessage `json:"output"`
 	}
-	if json.Unmarshal(final, &r) != nil {
-		return nil
+	if err := decodeExact(final, &r); err != nil {
+		return nil, t.unreadable(err)
 	}
 	out := make([]json.RawMessage, 0, len(r.Output)+len(t.added))
 	for _, item := range r.Output {
 		var h head
-		_ = json.Unmarshal(item, &h)
+		if err := decodeExact(item, &h); err != nil {
+			return nil, t.unreadable(err)
+		}
 		if rep, ok := t.replace[h.ID]; ok {
 			if rep != nil {
 				out = append(out, rep)
 			}
 			continue
 		}
-		out = append(out, item)
+		if sent, ok := t.sent[h.ID]; ok && bytes.Equal(outputItem(item), sent) {
+			out = append(out, item)
+			continue
+		}
+		j, err := t.judge(item)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case j.out != nil:
+			out = append(out, j.out)
+		case j.notice != nil:
+			t.emitMessage(*j.notice)
+			b, _ := json.Marshal(j.notice)
+			b, _ = setKey(b, "sequence_number", []byte("null"))
+			out = append(out, b)
+		}
 	}
 	out = append(out, t.added...)
 	t.added = nil
 	if r.Output == nil && len(out) == 0 {
-		return nil
+		return nil, nil
 	}
-	return out
+	return out, nil
 }
 
-// readStream relays events until the final response event, which it returns unsent.
+// outputItem is a message event as an output list carries it: sequence_number null.
+func outputItem(ev []byte) []byte {
+	if b, err := setKey(ev, "sequence_number", []byte("null")); err == nil {
+		return b
+	}
+	return ev
+}
+
+// readStream relays events until the final response event, which it returns unsent. A
+// stream that ends without one returns a nil final; one that breaks off, or carries an
+// event the gateway cannot read, fails the turn (ok false).
 func (t *turn) readStream(body io.Reader) (final []byte, fh head, ok bool) {
+	limit := t.gw.cfg.MaxEventBytes
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), t.gw.cfg.MaxEventBytes)
+	// The buffer starts no larger than the limit: the scanner's bound is the larger of the two.
+	sc.Buffer(make([]byte, 0, min(64<<10, limit)), limit)
 	var data []byte
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -698,25 +798,31 @@ func (t *turn) readStream(body io.Reader) (final []byte, fh head, ok bool) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		if t.ctx.Err() == nil {
-			t.gw.log.Warn("upstream stream", "err", err)
-			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's stream broke off: "+err.Error())
+		if t.ctx.Err() != nil {
+			return nil, head{}, false // the client left: nobody to tell
 		}
+		msg := "the upstream's stream broke off"
+		if errors.Is(err, bufio.ErrTooLong) {
+			msg = "an upstream event exceeds " + sizeText(limit)
+		}
+		t.internal(&upstreamError{msg: msg, err: err})
 		return nil, head{}, false
 	}
 	if data != nil {
-		if final, fh, done, err := t.event(data); err == nil && done {
-			return final, fh, true
-		}
+		// An event is complete only at its blank line (SSE drops what is pending at the
+		// end): what is left is part of an event, and nothing of it is relayed.
+		t.internal(&upstreamError{msg: "the upstream's stream broke off in the middle of an event", err: io.ErrUnexpectedEOF})
+		return nil, head{}, false
 	}
 	return nil, head{}, true
 }
 
 // event routes one upstream event. done reports the final response event, returned unsent.
+// An event the gateway cannot read exactly, or cannot place, is an error: it is never
+// relayed unjudged.
 func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
-	if json.Unmarshal(ev, &h) != nil {
-		t.write(append(append([]byte("data: "), ev...), '\n', '\n'))
-		return nil, h, false, nil
+	if err := decodeExact(ev, &h); err != nil {
+		return nil, h, false, t.unreadable(err)
 	}
 	switch h.Object {
 	case "response":
@@ -733,11 +839,18 @@ func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
 		}
 		return ev, h, true, nil
 	case "message":
+		if _, err := readMessage(ev); err != nil {
+			return nil, h, false, t.unreadable(err)
+		}
 		m := t.msgs[h.ID]
 		if m == nil {
-			m = &held{typ: h.Type, role: h.Role}
-			m.buffer = t.buffers(h.Type, h.Role)
+			m = &held{typ: h.Type}
+			m.buffer = t.buffers(h.Type)
 			t.msgs[h.ID] = m
+		} else if msgType(h.Type) != msgType(m.typ) {
+			// Started as one type (streamed, or held, as that type's verdicts need), it must
+			// not go on as another that is judged otherwise.
+			return nil, h, false, t.unreadable(fmt.Errorf("message %q changed its type from %q to %q", h.ID, m.typ, h.Type))
 		}
 		if h.Status != statusCompleted {
 			if m.buffer {
@@ -749,20 +862,56 @@ func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
 		delete(t.msgs, h.ID)
 		return nil, h, false, t.finish(m, ev, &h)
 	case "content":
-		if m := t.msgs[h.MsgID]; m != nil && m.buffer {
+		var c content
+		if err := decodeExact(ev, &c); err != nil {
+			return nil, h, false, t.unreadable(err)
+		}
+		m := t.msgs[h.MsgID]
+		if m == nil {
+			// Content of no message under way: the gateway cannot tell whether its verdict
+			// would allow it.
+			return nil, h, false, t.unreadable(fmt.Errorf("content of message %q, which is not under way", h.MsgID))
+		}
+		if m.buffer {
 			return nil, h, false, t.hold(m, ev)
 		}
+		t.emit(ev, &h)
+		return nil, h, false, nil
+	case "":
+		if appError(ev) {
+			// The runtime's application error ({"error": "No runner"}) passes on as it is.
+			t.appError = true
+			t.emit(ev, &h)
+			return nil, h, false, nil
+		}
 	}
-	t.emit(ev, &h)
-	return nil, h, false, nil
+	return nil, h, false, t.unreadable(fmt.Errorf("an event of unknown object %q", h.Object))
 }
 
-var errTooLarge = errors.New("agentapi: a message held for its verdict exceeds the limit")
+// msgType is a message's type, the runtime's default when it has none.
+func msgType(typ string) string {
+	if typ == "" {
+		return typeMessage
+	}
+	return typ
+}
+
+// appError reports whether b is the runtime's application error: an object without
+// "object" whose "error" is set. It carries no agent output.
+func appError(b []byte) bool {
+	var e struct {
+		Object *string         `json:"object"`
+		Error  json.RawMessage `json:"error"`
+	}
+	return decodeExact(b, &e) == nil && e.Object == nil && len(e.Error) > 0 && !isNull(e.Error)
+}
+
+var errTooLarge = errors.New("a message held for its verdict exceeds the limit")
 
 func (t *turn) hold(m *held, ev []byte) error {
 	t.heldBytes += len(ev)
 	if t.heldBytes > t.gw.cfg.MaxEventBytes {
-		return errTooLarge
+		return &upstreamError{msg: "the upstream's messages held back for a verdict exceed " + sizeText(t.gw.cfg.MaxEventBytes), err: errTooLarge}
 	}
 	m.events = append(m.events, ev)
 	return nil
@@ -776,6 +925,7 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 	if !m.buffer && m.typ != typeMCPApprovalRequest {
 		// Streamed already (nothing could stop it, or nothing would): judged for the record.
 		t.emit(ev, h)
+		t.sent[h.ID] = outputItem(ev)
 		_, err := t.judge(ev)
 		return err
 	}
@@ -799,6 +949,7 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 			t.emit(e, &eh)
 		}
 		t.emit(ev, h)
+		t.sent[h.ID] = outputItem(ev)
 	case !m.buffer:
 		// Its start and content went out as they came; only its completion carries more.
 		t.emit(j.out, h)
@@ -844,11 +995,19 @@ func (t *turn) relayJSON(resp *http.Response) {
 		return
 	}
 	var h head
-	if json.Unmarshal(b, &h) != nil || h.Object != "response" {
-		// Not a response (an application error): passed on as it is.
-		gateway.CopyHeaders(t.w.Header(), resp.Header)
-		t.w.WriteHeader(resp.StatusCode)
-		_, _ = t.w.Write(b)
+	if err := decodeExact(b, &h); err != nil || h.Object != "response" {
+		if err == nil && appError(b) {
+			// The runtime's application error: passed on as it is.
+			gateway.CopyHeaders(t.w.Header(), resp.Header)
+			t.w.WriteHeader(resp.StatusCode)
+			_, _ = t.w.Write(b)
+			return
+		}
+		// Anything else cannot be judged, so it is not relayed.
+		if err == nil {
+			err = fmt.Errorf("object %q, not a response", h.Object)
+		}
+		t.internal(t.unreadable(err))
 		return
 	}
 	t.responseID = h.ID
@@ -865,7 +1024,7 @@ func (t *turn) relayJSON(resp *http.Response) {
 		}
 		nb, err := io.ReadAll(io.LimitReader(next.Body, t.gw.cfg.MaxResponseBytes+1))
 		next.Body.Close()
-		if err != nil || int64(len(nb)) > t.gw.cfg.MaxResponseBytes || json.Unmarshal(nb, &h) != nil {
+		if err != nil || int64(len(nb)) > t.gw.cfg.MaxResponseBytes || decodeExact(nb, &h) != nil || h.Object != "response" {
 			t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's answer to an approval could not be read")
 			return
 		}
@@ -894,8 +1053,8 @@ func (t *turn) judgeOutput(b []byte) ([]json.RawMessage, bool) {
 	var r struct {
 		Output []json.RawMessage `json:"output"`
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.fail(http.StatusBadGateway, codeUpstreamBad, "the upstream's response could not be read")
+	if err := decodeExact(b, &r); err != nil {
+		t.internal(t.unreadable(err))
 		return nil, false
 	}
 	if r.Output == nil {

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -49,6 +52,8 @@ type head struct {
 }
 
 // message is a complete message (an input item, an output item, a completed message event).
+// Its content is absent, null or empty in a message without parts (the protocol's
+// Optional content).
 type message struct {
 	ID      string            `json:"id"`
 	Type    string            `json:"type"`
@@ -162,34 +167,21 @@ var errNotObject = errors.New("not a JSON object")
 // setKey returns obj (a JSON object) with its top-level member key set to val, replaced in
 // place (so the other members keep their order and bytes) or appended.
 func setKey(obj []byte, key string, val []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errNotObject
-	}
-	n := 0
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		k, _ := kt.(string)
-		start := int(dec.InputOffset())
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		end := int(dec.InputOffset())
+	vs, ve, n := -1, -1, 0
+	ok := eachMember(obj, func(name []byte, s, e int) bool {
 		n++
-		if k != key {
-			continue
+		if string(name) == key {
+			vs, ve = s, e
+			return false
 		}
-		vs := start
-		for vs < end && (obj[vs] == ':' || obj[vs] == ' ' || obj[vs] == '\t' || obj[vs] == '\n' || obj[vs] == '\r') {
-			vs++
-		}
-		out := make([]byte, 0, len(obj)-(end-vs)+len(val))
-		out = append(append(append(out, obj[:vs]...), val...), obj[end:]...)
-		return out, nil
+		return true
+	})
+	switch {
+	case !ok:
+		return nil, errNotObject
+	case vs >= 0:
+		out := make([]byte, 0, len(obj)-(ve-vs)+len(val))
+		return append(append(append(out, obj[:vs]...), val...), obj[ve:]...), nil
 	}
 	i := bytes.LastIndexByte(obj, '}')
 	out := make([]byte, 0, len(obj)+len(key)+len(val)+4)
@@ -234,7 +226,8 @@ type request struct {
 }
 
 // parseRequest validates a /process body: an object with an "input" array of message
-// objects whose content is an array of content objects. Nothing else is checked: the
+// objects whose content is an array of content objects, every object the gateway reads
+// read exactly as the runtime reads it (see decodeExact). Nothing else is checked: the
 // upstream owns the rest of its protocol.
 func parseRequest(body []byte) (*request, error) {
 	req := &request{raw: body, stream: true}
@@ -250,40 +243,9 @@ func parseRequest(body []byte) (*request, error) {
 	}
 	req.items = make([]message, len(req.input))
 	for i, raw := range req.input {
-		path := fmt.Sprintf("input[%d]", i)
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-			return nil, &fieldError{path, "want a message object"}
-		}
-		for _, k := range []string{"id", "type", "role"} {
-			if v, ok := fields[k]; ok && !isNull(v) && !isString(v) {
-				return nil, &fieldError{path + "." + k, "want a string"}
-			}
-		}
-		var m message
-		if c, ok := fields["content"]; ok && !isNull(c) {
-			var parts []json.RawMessage
-			if err := json.Unmarshal(c, &parts); err != nil {
-				return nil, &fieldError{path + ".content", "want an array of content parts"}
-			}
-			for j, p := range parts {
-				var cp map[string]json.RawMessage
-				if err := json.Unmarshal(p, &cp); err != nil || cp == nil {
-					return nil, &fieldError{fmt.Sprintf("%s.content[%d]", path, j), "want a content object"}
-				}
-				if t, ok := cp["text"]; ok && !isNull(t) && !isString(t) {
-					return nil, &fieldError{fmt.Sprintf("%s.content[%d].text", path, j), "want a string"}
-				}
-				if t, ok := cp["type"]; ok && !isNull(t) && !isString(t) {
-					return nil, &fieldError{fmt.Sprintf("%s.content[%d].type", path, j), "want a string"}
-				}
-			}
-		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, &fieldError{path, err.Error()}
-		}
-		if m.Type == "" {
-			m.Type = typeMessage
+		m, err := parseItem(raw)
+		if err != nil {
+			return nil, under(fmt.Sprintf("input[%d]", i), err)
 		}
 		req.items[i] = m
 	}
@@ -305,6 +267,57 @@ func parseRequest(body []byte) (*request, error) {
 	return req, nil
 }
 
+// parseItem validates one input message; errors name the field under the message.
+func parseItem(raw json.RawMessage) (message, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return message{}, &fieldError{"", "want a message object"}
+	}
+	if err := checkCase(raw, namesOf(reflect.TypeFor[message]())); err != nil {
+		return message{}, err
+	}
+	for _, k := range []string{"id", "type", "role"} {
+		if v, ok := fields[k]; ok && !isNull(v) && !isString(v) {
+			return message{}, &fieldError{k, "want a string"}
+		}
+	}
+	if c, ok := fields["content"]; ok && !isNull(c) {
+		var parts []json.RawMessage
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return message{}, &fieldError{"content", "want an array of content parts"}
+		}
+		for j, p := range parts {
+			path := fmt.Sprintf("content[%d]", j)
+			var cp map[string]json.RawMessage
+			if err := json.Unmarshal(p, &cp); err != nil || cp == nil {
+				return message{}, &fieldError{path, "want a content object"}
+			}
+			for _, k := range []string{"text", "type"} {
+				if t, ok := cp[k]; ok && !isNull(t) && !isString(t) {
+					return message{}, &fieldError{path + "." + k, "want a string"}
+				}
+			}
+		}
+	}
+	var m message
+	if err := decodeExact(raw, &m); err != nil {
+		return message{}, err
+	}
+	if _, err := readParts(&m); err != nil {
+		return message{}, err
+	}
+	if m.Type == "" {
+		m.Type = typeMessage
+	}
+	if m.Type == typeFunctionCallOutput {
+		// Its output is judged: read it as the runtime will.
+		if _, _, err := callOf(&m); err != nil {
+			return message{}, err
+		}
+	}
+	return m, nil
+}
+
 func jsonProblem(err error) string {
 	if err == nil {
 		return "got null"
@@ -321,6 +334,243 @@ func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null
 func isString(b json.RawMessage) bool {
 	b = bytes.TrimSpace(b)
 	return len(b) > 0 && b[0] == '"'
+}
+
+// Go's encoding/json matches member names to struct fields ignoring letter case (and
+// picks the last of several that match); the runtime's pydantic models read only the exact
+// lower-case name. A message carrying "content" and "Content", or a part carrying "text"
+// and "Text", would have Vigil judge one value while the peer reads the other. So every
+// object the gateway reads into a struct goes through decodeExact, which refuses a member
+// whose name differs from one of the struct's fields only in letter case.
+
+// fieldNames caches namesOf.
+var fieldNames sync.Map // reflect.Type → []string
+
+// namesOf returns the JSON member names of the fields of struct type t.
+func namesOf(t reflect.Type) []string {
+	if v, ok := fieldNames.Load(t); ok {
+		return v.([]string)
+	}
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported():
+		case name == "":
+			names = append(names, f.Name)
+		default:
+			names = append(names, name)
+		}
+	}
+	fieldNames.Store(t, names)
+	return names
+}
+
+// checkCase refuses the first member of the JSON object obj whose name differs from one
+// of names only in letter case (as strings.EqualFold and encoding/json fold them: "Text",
+// "TEXT", "ſerver_label"). The error is a *fieldError whose path is the member's name.
+func checkCase(obj []byte, names []string) error {
+	if i := skipSpace(obj, 0); i >= len(obj) || obj[i] != '{' {
+		return errNotObject
+	}
+	var err error
+	// A malformed object stops the scan early: json.Unmarshal, which follows, refuses it.
+	eachMember(obj, func(name []byte, _, _ int) bool {
+		k := string(name)
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				err = &fieldError{k, fmt.Sprintf("differs from %q only in letter case (the protocol reads only %q)", n, n)}
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
+
+// eachMember calls fn with each top-level member of the JSON object obj, in order: its
+// name (unescaped) and the span of its value, until fn returns false. It reports false when
+// obj is not an object or is malformed where it looked. It runs on every upstream event,
+// so it scans by hand rather than through a json.Decoder (several times slower); for valid
+// JSON it finds exactly the members encoding/json does.
+func eachMember(obj []byte, fn func(name []byte, vs, ve int) bool) bool {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	if i = skipSpace(obj, i+1); i < len(obj) && obj[i] == '}' {
+		return true
+	}
+	for i < len(obj) && obj[i] == '"' {
+		ke := skipString(obj, i)
+		if ke < 0 {
+			return false
+		}
+		name := obj[i+1 : ke-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			// An escaped name ("Te\u0078t") counts as the name it spells.
+			var s string
+			if json.Unmarshal(obj[i:ke], &s) != nil {
+				return false
+			}
+			name = []byte(s)
+		}
+		if i = skipSpace(obj, ke); i >= len(obj) || obj[i] != ':' {
+			return false
+		}
+		vs := skipSpace(obj, i+1)
+		ve := skipValue(obj, vs)
+		if ve <= vs {
+			return false
+		}
+		if !fn(name, vs, ve) {
+			return true
+		}
+		switch i = skipSpace(obj, ve); {
+		case i >= len(obj):
+			return false
+		case obj[i] == '}':
+			return true
+		case obj[i] != ',':
+			return false
+		}
+		i = skipSpace(obj, i+1)
+	}
+	return false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a quote), -1 when it
+// does not end.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index after the value starting at b[i], -1 when it does not end.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				if i = skipString(b, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r', ',', '}', ']':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// decodeExact reads the JSON object b into the struct v points to, as the runtime reads
+// it: a member whose name differs from a field's only in letter case is refused, not read.
+func decodeExact(b []byte, v any) error {
+	if err := checkCase(b, namesOf(reflect.TypeOf(v).Elem())); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// under returns err with its field path under path (a *fieldError's path joined, any other
+// error named at path).
+func under(path string, err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		switch {
+		case fe.path == "":
+			return &fieldError{path, fe.msg}
+		case strings.HasPrefix(fe.path, "["):
+			return &fieldError{path + fe.path, fe.msg}
+		}
+		return &fieldError{path + "." + fe.path, fe.msg}
+	}
+	if errors.Is(err, errNotObject) {
+		return &fieldError{path, "want an object"}
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return &fieldError{path + "." + te.Field, "want " + jsonKind(te.Type) + ", not " + te.Value}
+	}
+	return &fieldError{path, jsonProblem(err)}
+}
+
+// jsonKind names the JSON value a Go type reads.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return t.String()
+}
+
+// readParts reads a message's content parts, each an object read exactly.
+func readParts(m *message) ([]content, error) {
+	parts := make([]content, len(m.Content))
+	for i, raw := range m.Content {
+		if err := decodeExact(raw, &parts[i]); err != nil {
+			return nil, under(fmt.Sprintf("content[%d]", i), err)
+		}
+	}
+	return parts, nil
+}
+
+// readMessage reads a complete message the upstream sent (an output item, a completed
+// message event) and its content parts, exactly as the runtime's client would.
+func readMessage(raw []byte) (message, error) {
+	var m message
+	if err := decodeExact(raw, &m); err != nil {
+		return message{}, err
+	}
+	if _, err := readParts(&m); err != nil {
+		return message{}, err
+	}
+	return m, nil
 }
 
 // text returns a content part's text, and whether it is a text part.
