@@ -149,7 +149,7 @@ func mcpWrap(ctx context.Context, cfg mcpWrapConfig, stdin io.Reader, stdout, st
 	// console shows them as come through MCP from this server (guardian.GatewayHeader).
 	client := aos.NewClient(base+"/aos", append(slices.Clip(opts), aos.WithHeader(guardian.GatewayHeader, "mcp/"+cfg.Name))...)
 	scfg := mcp.SessionConfig{ID: "mcp-" + cfg.Name + "-" + randomID(), Upstream: cfg.Name,
-		Judge: mcp.Remote(client), OnError: cfg.OnGuardianError}
+		Judge: mcp.Remote(client), OnError: cfg.OnGuardianError, Logger: log}
 	if !cfg.ShowDenied {
 		scfg.Hides = mcp.HidesRemote(aos.NewClient(base+guardian.PreviewPath, opts...))
 	}

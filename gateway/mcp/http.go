@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -110,7 +112,7 @@ func (gw *Gateway) Register(mux *http.ServeMux) {
 
 // Refuse writes a refusal of the auth middleware as a JSON-RPC error.
 func Refuse(w http.ResponseWriter, status int, message string, _ time.Duration) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", mediaJSON)
 	w.WriteHeader(status)
 	_, _ = w.Write(errorResponse(nil, -32000, message))
 }
@@ -164,7 +166,7 @@ func (gw *Gateway) newSession(r *http.Request) *Session {
 		return m
 	}
 	cfg := SessionConfig{ID: id, Upstream: gw.cfg.Name, ProgressEvery: gw.cfg.ProgressEvery,
-		Judge: InProcess(gw.dec, metaNow)}
+		Judge: InProcess(gw.dec, metaNow), Logger: gw.log}
 	if p, ok := gw.dec.(Previewer); ok && !gw.cfg.ShowDenied {
 		cfg.Hides = HidesInProcess(p, metaNow)
 	}
@@ -220,20 +222,87 @@ func (gw *Gateway) upstream(ctx context.Context, method string, in http.Header, 
 	return gw.client.Do(req)
 }
 
-func (gw *Gateway) unreachable(w http.ResponseWriter, err error) {
+// codeUpstream is the JSON-RPC error code of a request whose answer Vigil cannot give:
+// the server is unreachable, or its answer cannot be judged.
+const codeUpstream = -32000
+
+func (gw *Gateway) unreachable(w http.ResponseWriter, id json.RawMessage, err error) {
 	u, _ := url.Parse(gw.cfg.URL)
 	u.User = nil
 	gw.log.Warn("upstream unreachable", "err", err)
-	w.Header().Set("Content-Type", "application/json")
+	gw.fault(w, id, fmt.Sprintf("MCP server %q (%s) is unreachable", gw.cfg.Name, u))
+}
+
+// fault answers the request id (null when there is none, or a batch) with a JSON-RPC error
+// in place of what the server answered: the answer is Vigil's, so none of the server's
+// headers go with it.
+func (gw *Gateway) fault(w http.ResponseWriter, id json.RawMessage, msg string) {
+	w.Header().Set("Content-Type", mediaJSON)
 	w.WriteHeader(http.StatusBadGateway)
-	_, _ = w.Write(errorResponse(nil, -32000, fmt.Sprintf("MCP server %q (%s) is unreachable", gw.cfg.Name, u)))
+	_, _ = w.Write(errorResponse(id, codeUpstream, msg))
+}
+
+// Media types of MCP over HTTP.
+const (
+	mediaJSON = "application/json"
+	mediaSSE  = "text/event-stream"
+)
+
+// mediaType is the media type of h's Content-Type as MCP clients read it: lower case, its
+// parameters dropped (a malformed parameter too, as the TypeScript SDK and browsers
+// allow). It is "" when there is none or it is ambiguous (two Content-Type headers, or
+// values joined with a comma), which no client reads as either MCP type. Comparing the raw
+// header instead once let "Application/JSON" answers, which clients accept, pass unjudged.
+func mediaType(h http.Header) string {
+	vs := h.Values("Content-Type")
+	if len(vs) != 1 {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(vs[0])
+	if err != nil && (!errors.Is(err, mime.ErrInvalidMediaParameter) || strings.Contains(vs[0], ",")) {
+		return ""
+	}
+	return mt
+}
+
+// accepts reports whether an Accept header lists the media type mt.
+func accepts(h http.Header, mt string) bool {
+	for _, v := range h.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			if t, _, err := mime.ParseMediaType(part); (err == nil || errors.Is(err, mime.ErrInvalidMediaParameter)) && t == mt {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func success(status int) bool { return status >= 200 && status < 300 }
+
+// awaitedID returns the id of the request in a client's message, whose answer the client
+// reads from the HTTP answer (null for a batch with requests in it); ok is false when the
+// message holds no request (notifications and responses are answered 202, without a body).
+func awaitedID(body []byte) (id json.RawMessage, ok bool) {
+	if m, single := parse(body); single {
+		return m.ID, m.isRequest()
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(body, &batch) != nil {
+		return nil, false
+	}
+	for _, b := range batch {
+		if m, ok := parse(b); ok && m.isRequest() {
+			return nil, true
+		}
+	}
+	return nil, false
 }
 
 // post relays one message from the client.
 func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gw.cfg.MaxBodyBytes))
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", mediaJSON)
 		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		_, _ = w.Write(errorResponse(nil, -32600, fmt.Sprintf("the message exceeds %d bytes", gw.cfg.MaxBodyBytes)))
 		return
@@ -241,7 +310,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' && judgedBatch(t) {
 		// A batch would need each member judged and the answers matched back; clients of
 		// current protocol versions never send one.
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", mediaJSON)
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write(errorResponse(nil, -32600, "Vigil does not relay batches that contain tools/call, resources/read or prompts/get; send them one by one"))
 		return
@@ -254,7 +323,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	// A held call that asked for progress is answered as an event stream at once, so the
 	// progress notifications reach the client while it waits.
 	var sse *sseWriter
-	if s.MayBlock(body, true) && strings.Contains(r.Header.Get("Accept"), "text/event-stream") && hasProgressToken(body) {
+	if s.MayBlock(body, true) && accepts(r.Header, mediaSSE) && hasProgressToken(body) {
 		sse = newSSEWriter(w)
 	}
 	notify := func([]byte) {}
@@ -267,22 +336,22 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 			sse.event(act.Reply)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", mediaJSON)
 		if sid := r.Header.Get(sessionHeader); sid != "" {
 			w.Header().Set(sessionHeader, sid)
 		}
 		_, _ = w.Write(act.Reply)
 		return
 	}
+	id, awaited := awaitedID(act.Forward)
 	resp, err := gw.upstream(r.Context(), http.MethodPost, r.Header, act.Forward)
 	if err != nil {
 		if sse != nil {
-			if m, ok := parse(body); ok && m.isRequest() {
-				sse.event(errorResponse(m.ID, -32000, "the MCP server is unreachable"))
-			}
+			gw.log.Warn("upstream unreachable", "err", err)
+			sse.event(errorResponse(id, codeUpstream, "the MCP server is unreachable"))
 			return
 		}
-		gw.unreachable(w, err)
+		gw.unreachable(w, id, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -295,47 +364,119 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		gw.mu.Unlock()
 	}
 	if sse != nil {
-		gw.relayInto(r.Context(), sse, s, resp, r.Header)
+		gw.relayInto(r.Context(), sse, s, resp, r.Header, id)
 		return
 	}
-	gateway.CopyHeaders(w.Header(), resp.Header)
-	ct := resp.Header.Get("Content-Type")
+	// An answer reaches the client only as Vigil read it: media types are compared as
+	// clients compare them, any 2xx status counts (it does for them), and the answer to a
+	// request that Vigil cannot read fails closed.
+	mt := mediaType(resp.Header)
 	switch {
-	case resp.StatusCode == http.StatusOK && strings.HasPrefix(ct, "text/event-stream"):
-		w.WriteHeader(resp.StatusCode)
-		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header)
-	case resp.StatusCode == http.StatusOK && strings.HasPrefix(ct, "application/json"):
-		b, err := io.ReadAll(io.LimitReader(resp.Body, int64(gw.cfg.MaxMessageBytes)+1))
-		if err != nil || len(b) > gw.cfg.MaxMessageBytes {
-			gw.log.Warn("server answer unreadable or too large", "err", err, "bytes", len(b))
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		a := s.FromServer(r.Context(), b)
-		gw.replyUpstream(s, r.Header, a.Reply)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(a.Forward)
-	default:
+	case !success(resp.StatusCode), !awaited && mt != mediaSSE && mt != mediaJSON:
+		// An HTTP error, which clients report as one, or the answer to a notification or a
+		// response, of which they read only the status.
+		gateway.CopyHeaders(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.Copy(w, resp.Body)
+	case mt == mediaSSE:
+		gateway.CopyHeaders(w.Header(), resp.Header)
+		// The client reads the stream as Vigil does, whatever the server's spelling.
+		w.Header().Set("Content-Type", mediaSSE)
+		w.WriteHeader(resp.StatusCode)
+		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, id)
+	case mt == mediaJSON:
+		b, msg := gw.readAnswer(resp)
+		if msg != "" {
+			gw.fault(w, id, msg)
+			return
+		}
+		out := gw.judgeJSON(r.Context(), s, r.Header, b)
+		gateway.CopyHeaders(w.Header(), resp.Header)
+		w.Header().Set("Content-Type", mediaJSON)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(out)
+	default:
+		gw.log.Warn("server answer of a type Vigil cannot read; failing closed",
+			"status", resp.StatusCode, "contentType", resp.Header.Values("Content-Type"))
+		gw.fault(w, id, errNotMCPType)
 	}
 }
 
-// relayInto writes the server's answer into an event stream already started.
-func (gw *Gateway) relayInto(ctx context.Context, sse *sseWriter, s *Session, resp *http.Response, in http.Header) {
-	ct := resp.Header.Get("Content-Type")
-	switch {
-	case strings.HasPrefix(ct, "text/event-stream"):
-		gw.relaySSE(ctx, sse, s, resp.Body, in)
-	default:
-		b, err := io.ReadAll(io.LimitReader(resp.Body, int64(gw.cfg.MaxMessageBytes)+1))
-		if err != nil || len(b) > gw.cfg.MaxMessageBytes || resp.StatusCode != http.StatusOK {
-			gw.log.Warn("server answer unreadable", "status", resp.StatusCode, "err", err)
-			return
-		}
+// judgeJSON judges a JSON answer and returns what the client gets (nil: nothing). An array
+// is judged message by message, since the TypeScript SDK reads each response in one as
+// if it came alone.
+func (gw *Gateway) judgeJSON(ctx context.Context, s *Session, in http.Header, b []byte) []byte {
+	var batch []json.RawMessage
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '[' || json.Unmarshal(t, &batch) != nil {
 		a := s.FromServer(ctx, b)
 		gw.replyUpstream(s, in, a.Reply)
-		sse.event(a.Forward)
+		return a.Forward
+	}
+	out := make([]json.RawMessage, 0, len(batch))
+	changed := false
+	for _, m := range batch {
+		a := s.FromServer(ctx, m)
+		gw.replyUpstream(s, in, a.Reply)
+		changed = changed || a.Changed || a.Forward == nil
+		if a.Forward != nil {
+			out = append(out, a.Forward)
+		}
+	}
+	if !changed {
+		return b
+	}
+	nb, err := json.Marshal(out)
+	if err != nil {
+		// Only a verdict's own message could be invalid JSON: nothing unjudged goes out.
+		gw.log.Warn("encode a judged batch", "err", err)
+		return nil
+	}
+	return nb
+}
+
+// errNotMCPType is the client's error for an answer in a media type Vigil cannot judge.
+const errNotMCPType = "the MCP server's answer is neither JSON nor an event stream; Vigil cannot judge it"
+
+// readAnswer reads a JSON answer within the bound; msg, when not "", is the client's error
+// in its place (the details go to the log).
+func (gw *Gateway) readAnswer(resp *http.Response) (b []byte, msg string) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(gw.cfg.MaxMessageBytes)+1))
+	switch {
+	case err != nil:
+		gw.log.Warn("server answer unreadable", "err", err)
+		return nil, "the MCP server's answer could not be read"
+	case len(b) > gw.cfg.MaxMessageBytes:
+		gw.log.Warn("server answer too large", "limit", gw.cfg.MaxMessageBytes)
+		return nil, gw.tooLarge()
+	}
+	return b, ""
+}
+
+func (gw *Gateway) tooLarge() string {
+	return fmt.Sprintf("the MCP server's answer is too large for Vigil to judge (over %d bytes)", gw.cfg.MaxMessageBytes)
+}
+
+// relayInto writes the server's answer to the request id into an event stream already
+// started (its status is sent): whatever cannot be judged becomes an error event for id.
+func (gw *Gateway) relayInto(ctx context.Context, sse *sseWriter, s *Session, resp *http.Response, in http.Header, id json.RawMessage) {
+	mt := mediaType(resp.Header)
+	switch {
+	case !success(resp.StatusCode):
+		gw.log.Warn("server answered with an error", "status", resp.StatusCode)
+		sse.event(errorResponse(id, codeUpstream, fmt.Sprintf("the MCP server answered HTTP %d", resp.StatusCode)))
+	case mt == mediaSSE:
+		gw.relaySSE(ctx, sse, s, resp.Body, in, id)
+	case mt == mediaJSON:
+		b, msg := gw.readAnswer(resp)
+		if msg != "" {
+			sse.event(errorResponse(id, codeUpstream, msg))
+			return
+		}
+		sse.event(gw.judgeJSON(ctx, s, in, b))
+	default:
+		gw.log.Warn("server answer of a type Vigil cannot read; failing closed",
+			"status", resp.StatusCode, "contentType", resp.Header.Values("Content-Type"))
+		sse.event(errorResponse(id, codeUpstream, errNotMCPType))
 	}
 }
 
@@ -367,9 +508,12 @@ func (gw *Gateway) replyUpstream(_ *Session, in http.Header, reply []byte) {
 }
 
 // relaySSE relays an event stream from the server, judging each message. Events that no
-// verdict changes pass byte for byte.
-func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, body io.Reader, in http.Header) {
+// verdict changes pass byte for byte. id is the request the stream answers (nil for the GET
+// stream): an event over the bound ends the stream, and the request, when still without
+// its answer, gets an error for it rather than wait for one that cannot come.
+func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, body io.Reader, in http.Header, id json.RawMessage) {
 	br := bufio.NewReaderSize(body, 64<<10)
+	answered := id == nil
 	for {
 		ev, err := readEvent(br, gw.cfg.MaxMessageBytes)
 		if len(ev.raw) > 0 {
@@ -377,6 +521,9 @@ func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, bod
 				sse.raw(ev.raw)
 			} else {
 				a := s.FromServer(ctx, ev.data)
+				if !answered && bytes.Equal(a.Answers, id) {
+					answered = true
+				}
 				gw.replyUpstream(s, in, a.Reply)
 				switch {
 				case a.Forward == nil:
@@ -388,7 +535,13 @@ func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, bod
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+			switch {
+			case errors.Is(err, errEventTooLarge):
+				gw.log.Warn("server event too large", "limit", gw.cfg.MaxMessageBytes)
+				if !answered {
+					sse.event(errorResponse(id, codeUpstream, gw.tooLarge()))
+				}
+			case !errors.Is(err, io.EOF) && ctx.Err() == nil:
 				gw.log.Debug("event stream ended", "err", err)
 			}
 			return
@@ -401,18 +554,30 @@ func (gw *Gateway) get(w http.ResponseWriter, r *http.Request) {
 	s := gw.session(r)
 	resp, err := gw.upstream(r.Context(), http.MethodGet, r.Header, nil)
 	if err != nil {
-		gw.unreachable(w, err)
+		gw.unreachable(w, nil, err)
 		return
 	}
 	defer resp.Body.Close()
-	gateway.CopyHeaders(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if success(resp.StatusCode) {
+		// The stream carries the server's own requests (sampling, elicitation), judged on
+		// the way. Clients read a 2xx answer as an event stream (the TypeScript SDK whatever
+		// its type), so one Vigil cannot read as such is not relayed.
+		if mediaType(resp.Header) != mediaSSE {
+			gw.log.Warn("server event stream of a type Vigil cannot read; failing closed",
+				"status", resp.StatusCode, "contentType", resp.Header.Values("Content-Type"))
+			gw.fault(w, nil, "the MCP server's answer is not an event stream; Vigil cannot judge it")
+			return
+		}
+		gateway.CopyHeaders(w.Header(), resp.Header)
+		w.Header().Set("Content-Type", mediaSSE)
+		w.WriteHeader(resp.StatusCode)
 		done := guardian.LongWait(r.Context())
 		defer done()
-		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header)
+		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, nil)
 		return
 	}
+	gateway.CopyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, int64(gw.cfg.MaxMessageBytes)))
 }
 
@@ -420,7 +585,7 @@ func (gw *Gateway) get(w http.ResponseWriter, r *http.Request) {
 func (gw *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	resp, err := gw.upstream(r.Context(), http.MethodDelete, r.Header, nil)
 	if err != nil {
-		gw.unreachable(w, err)
+		gw.unreachable(w, nil, err)
 		return
 	}
 	defer resp.Body.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,13 +34,13 @@ func InProcess(dec Decider, meta func() guardian.RequestMeta) JudgeFunc {
 		req = append(req, '}')
 		step, perr := aos.ParseStep(req)
 		if perr != nil {
-			return Outcome{Decision: "deny", Message: "the message is not valid MCP: " + perr.Message}, nil
+			return refused(perr), nil
 		}
 		v, _, err := dec.DecideStep(ctx, step, meta())
 		if err != nil {
 			var ae *aos.Error
 			if errors.As(err, &ae) {
-				return Outcome{Decision: "deny", Message: ae.Message}, nil
+				return refused(ae), nil
 			}
 			return Outcome{}, fmt.Errorf("decide: %w", err)
 		}
@@ -138,15 +139,53 @@ func deniedOutright(res *aos.Result) bool {
 	return true
 }
 
-// Remote judges over HTTP with the guardian's /aos endpoint (vigil mcp wrap).
+// Remote judges over HTTP with the guardian's /aos endpoint (vigil mcp wrap). A step the
+// guardian refuses as invalid params is refused as InProcess refuses it; any other failure
+// is the guardian's, for the session's error policy.
 func Remote(c *aos.Client) JudgeFunc {
 	return func(ctx context.Context, params []byte) (Outcome, error) {
 		res, err := c.Call(ctx, aos.MethodMCP, rawParams(params))
 		if err != nil {
-			return Outcome{}, err
+			var ae *aos.Error
+			if errors.As(err, &ae) && ae.Code == aos.CodeInvalidParams {
+				return refused(ae), nil
+			}
+			return Outcome{}, fmt.Errorf("ask the guardian: %w", err)
 		}
 		return OutcomeOf(string(res.Decision), res.Message, res.ModifiedRequest)
 	}
+}
+
+// notMCP begins the refusal of a judged message the guardian cannot read as MCP.
+const notMCP = "the message is not valid MCP: "
+
+// refused is the outcome of a step the guardian would not take (invalid params): a message
+// that is not valid MCP, or a session that belongs to another key or agent. That is the
+// client's doing, not a failure to ask the guardian, so it is denied whatever the error
+// policy, with the reason. InProcess meets it as Go errors (aos.ParseStep's, DecideStep's)
+// and Remote as /aos's answer; both read the field it names, so the client gets the same
+// answer over either transport.
+func refused(e *aos.Error) Outcome {
+	if f := errorField(e.Data); f == "params.message" || strings.HasPrefix(f, "params.message.") ||
+		strings.HasPrefix(f, "params.message[") {
+		return Outcome{Decision: "deny", Message: notMCP + e.Message}
+	}
+	return Outcome{Decision: "deny", Message: e.Message}
+}
+
+// errorField is the field an invalid-params error names: aos.FieldError in process, its
+// JSON over /aos.
+func errorField(data any) string {
+	switch d := data.(type) {
+	case aos.FieldError:
+		return d.Field
+	case *aos.FieldError:
+		return d.Field
+	case map[string]any:
+		f, _ := d["field"].(string)
+		return f
+	}
+	return ""
 }
 
 // rawParams marshals as itself.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -55,6 +56,9 @@ type SessionConfig struct {
 	// Hides, when not nil, reports which tools a rule would deny whatever their arguments;
 	// they are left out of tools/list answers, so the model never tries them.
 	Hides HidesFunc
+	// Logger receives what went wrong asking the guardian, which the client is not told
+	// (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 type pendingReq struct {
@@ -84,6 +88,9 @@ func NewSession(cfg SessionConfig) *Session {
 	}
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	return &Session{cfg: cfg, tools: map[string]json.RawMessage{},
 		fromClient: map[string]pendingReq{}, fromServer: map[string]string{}}
@@ -128,11 +135,41 @@ func parse(b []byte) (message, bool) {
 	if len(t) == 0 || t[0] != '{' {
 		return message{}, false
 	}
-	var m message
-	if json.Unmarshal(t, &m) != nil || m.JSONRPC != "2.0" {
+	f, ok := members(t)
+	if !ok {
 		return message{}, false
 	}
+	var m message
+	if json.Unmarshal(f["jsonrpc"], &m.JSONRPC) != nil || m.JSONRPC != "2.0" {
+		return message{}, false
+	}
+	if raw, ok := f["method"]; ok && json.Unmarshal(raw, &m.Method) != nil {
+		return message{}, false
+	}
+	m.ID, m.Params, m.Result, m.Error = f["id"], f["params"], f["result"], f["error"]
 	return m, true
+}
+
+// members reads a JSON object's members by their exact names, the last of a repeated name
+// winning, as JavaScript's JSON.parse (the TypeScript SDK, most MCP clients and servers)
+// reads them. encoding/json matches struct fields whatever the case of the name, so a
+// server's "ID" beside its "id" had Vigil take a result for the answer to another request
+// than the client did, and pass it unjudged.
+func members(b []byte) (map[string]json.RawMessage, bool) {
+	var f map[string]json.RawMessage
+	if json.Unmarshal(b, &f) != nil || f == nil {
+		return nil, false
+	}
+	return f, true
+}
+
+// nameOf is the "name" member of an object (a tool call's params, a tool's definition).
+func nameOf(b []byte) string {
+	var name string
+	if f, ok := members(b); ok {
+		_ = json.Unmarshal(f["name"], &name)
+	}
+	return name
 }
 
 // judgedClientMethods are the client requests that are steps.
@@ -165,11 +202,14 @@ func (s *Session) MayBlock(msg []byte, fromClient bool) bool {
 
 // Action is what the relay does with one message: Forward continues in the message's
 // direction (nil: withheld), Reply goes back to its sender (nil: nothing). Changed is false
-// when Forward is the message exactly as received.
+// when Forward is the message exactly as received. Answers is the id of the client's
+// request that a server's message answers (nil for anything else), so a relay knows when a
+// request it waits on has its answer.
 type Action struct {
 	Forward []byte
 	Reply   []byte
 	Changed bool
+	Answers json.RawMessage
 }
 
 func pass(b []byte) Action { return Action{Forward: b} }
@@ -190,17 +230,19 @@ func (s *Session) FromClient(ctx context.Context, msg []byte, notify func([]byte
 	if !m.isRequest() {
 		return pass(msg)
 	}
-	var p struct {
-		Name       string          `json:"name"`
-		ClientInfo json.RawMessage `json:"clientInfo"`
-		Meta       struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-		} `json:"_meta"`
+	// Read as the server reads them (members), so the tool is the one the server calls.
+	var name string
+	var clientInfo, progressToken json.RawMessage
+	if f, ok := members(m.Params); ok {
+		_ = json.Unmarshal(f["name"], &name)
+		clientInfo = f["clientInfo"]
+		if meta, ok := members(f["_meta"]); ok {
+			progressToken = meta["progressToken"]
+		}
 	}
-	_ = json.Unmarshal(m.Params, &p)
 	s.mu.Lock()
-	if m.Method == "initialize" && len(p.ClientInfo) > 0 {
-		s.clientInfo = p.ClientInfo
+	if m.Method == "initialize" && len(clientInfo) > 0 {
+		s.clientInfo = clientInfo
 	}
 	if len(s.fromClient) >= s.cfg.MaxPending {
 		s.mu.Unlock()
@@ -209,16 +251,16 @@ func (s *Session) FromClient(ctx context.Context, msg []byte, notify func([]byte
 		}
 		return pass(msg)
 	}
-	s.fromClient[string(m.ID)] = pendingReq{method: m.Method, tool: p.Name}
+	s.fromClient[string(m.ID)] = pendingReq{method: m.Method, tool: name}
 	s.mu.Unlock()
 	if !judgedClientMethods[m.Method] {
 		return pass(msg)
 	}
 	var stop func()
-	if notify != nil && len(p.Meta.ProgressToken) > 0 && !isNull(p.Meta.ProgressToken) {
-		stop = s.progress(p.Meta.ProgressToken, notify)
+	if notify != nil && len(progressToken) > 0 && !isNull(progressToken) {
+		stop = s.progress(progressToken, notify)
 	}
-	out := s.judge(ctx, msg, p.Name, false)
+	out := s.judge(ctx, msg, name, false)
 	if stop != nil {
 		stop()
 	}
@@ -246,42 +288,12 @@ func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
 		p, ok := s.fromClient[string(m.ID)]
 		delete(s.fromClient, string(m.ID))
 		s.mu.Unlock()
-		if !ok {
-			return pass(msg)
+		a := pass(msg)
+		if ok {
+			a = s.fromServerResponse(ctx, msg, &m, p)
 		}
-		switch p.method {
-		case "initialize":
-			var r struct {
-				ServerInfo json.RawMessage `json:"serverInfo"`
-			}
-			if json.Unmarshal(m.Result, &r) == nil && len(r.ServerInfo) > 0 {
-				s.mu.Lock()
-				s.serverInfo = r.ServerInfo
-				s.mu.Unlock()
-			}
-			return pass(msg)
-		case "tools/list":
-			s.learnTools(m.Result)
-			if s.cfg.Hides != nil {
-				if out, changed := s.hideDenied(ctx, &m); changed {
-					return Action{Forward: out, Changed: true}
-				}
-			}
-			return pass(msg)
-		}
-		if !judgedClientMethods[p.method] || len(m.Result) == 0 {
-			return pass(msg)
-		}
-		out := s.judge(ctx, msg, p.tool, true)
-		switch out.Decision {
-		case "deny":
-			return Action{Forward: s.refusal(&message{ID: m.ID, Method: p.method}, out.Message), Changed: true}
-		case "modify":
-			if len(out.Modified) > 0 {
-				return Action{Forward: out.Modified, Changed: true}
-			}
-		}
-		return pass(msg)
+		a.Answers = m.ID
+		return a
 	case m.isRequest():
 		s.mu.Lock()
 		if len(s.fromServer) < s.cfg.MaxPending {
@@ -304,6 +316,40 @@ func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
 	return pass(msg)
 }
 
+// fromServerResponse handles the server's answer m (msg) to the client's request p.
+func (s *Session) fromServerResponse(ctx context.Context, msg []byte, m *message, p pendingReq) Action {
+	switch p.method {
+	case "initialize":
+		if r, ok := members(m.Result); ok && len(r["serverInfo"]) > 0 {
+			s.mu.Lock()
+			s.serverInfo = r["serverInfo"]
+			s.mu.Unlock()
+		}
+		return pass(msg)
+	case "tools/list":
+		s.learnTools(m.Result)
+		if s.cfg.Hides != nil {
+			if out, changed := s.hideDenied(ctx, m); changed {
+				return Action{Forward: out, Changed: true}
+			}
+		}
+		return pass(msg)
+	}
+	if !judgedClientMethods[p.method] || len(m.Result) == 0 {
+		return pass(msg)
+	}
+	out := s.judge(ctx, msg, p.tool, true)
+	switch out.Decision {
+	case "deny":
+		return Action{Forward: s.refusal(&message{ID: m.ID, Method: p.method}, out.Message), Changed: true}
+	case "modify":
+		if len(out.Modified) > 0 {
+			return Action{Forward: out.Modified, Changed: true}
+		}
+	}
+	return pass(msg)
+}
+
 func (s *Session) forget(id json.RawMessage) {
 	s.mu.Lock()
 	delete(s.fromClient, string(id))
@@ -312,24 +358,23 @@ func (s *Session) forget(id json.RawMessage) {
 
 // learnTools keeps each tool's definition (with its annotations) for the rules.
 func (s *Session) learnTools(result json.RawMessage) {
-	var r struct {
-		Tools []json.RawMessage `json:"tools"`
+	r, ok := members(result)
+	if !ok {
+		return
 	}
-	if json.Unmarshal(result, &r) != nil {
+	var tools []json.RawMessage
+	if json.Unmarshal(r["tools"], &tools) != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range r.Tools {
-		var n struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(t, &n) == nil && n.Name != "" {
+	for _, t := range tools {
+		if name := nameOf(t); name != "" {
 			// Bounded by what one tools/list answer holds; a new list replaces old entries.
 			if len(s.tools) < 4096 {
-				s.tools[n.Name] = t
-			} else if _, ok := s.tools[n.Name]; ok {
-				s.tools[n.Name] = t
+				s.tools[name] = t
+			} else if _, ok := s.tools[name]; ok {
+				s.tools[name] = t
 			}
 		}
 	}
@@ -370,8 +415,8 @@ const hideBudget = 10 * time.Second
 func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
 	ctx, cancel := context.WithTimeout(ctx, hideBudget)
 	defer cancel()
-	var r map[string]json.RawMessage
-	if json.Unmarshal(m.Result, &r) != nil {
+	r, ok := members(m.Result)
+	if !ok {
 		return nil, false
 	}
 	var tools []json.RawMessage
@@ -382,13 +427,10 @@ func (s *Session) hideDenied(ctx context.Context, m *message) ([]byte, bool) {
 	var params [][]byte
 	var asked []int
 	for i, t := range tools {
-		var n struct {
-			Name string `json:"name"`
-		}
-		if json.Unmarshal(t, &n) == nil && n.Name != "" {
+		if name := nameOf(t); name != "" {
 			call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 0, "method": "tools/call",
-				"params": map[string]any{"name": n.Name, "arguments": map[string]any{}}})
-			if p, err := s.stepParams(call, n.Name, false); err == nil {
+				"params": map[string]any{"name": name, "arguments": map[string]any{}}})
+			if p, err := s.stepParams(call, name, false); err == nil {
 				params = append(params, p)
 				asked = append(asked, i)
 			}
@@ -466,11 +508,21 @@ func (s *Session) stepParams(msg []byte, tool string, response bool) ([]byte, er
 	}{json.RawMessage(bytes.TrimSpace(msg)), meta})
 }
 
+// failed applies the error policy when the guardian could not be asked. What went wrong
+// (addresses, transport and storage errors) goes to the log: the client, and the model
+// behind it, only learn that Vigil failed closed.
 func (s *Session) failed(err error) Outcome {
+	s.mu.Lock()
+	id := s.cfg.ID
+	s.mu.Unlock()
 	if s.cfg.OnError == OnErrorAllow {
+		s.cfg.Logger.Warn("the guardian could not be asked; letting the message through (on error: allow)",
+			"session", id, "err", err)
 		return Outcome{Decision: "allow"}
 	}
-	return Outcome{Decision: "deny", Message: "the guardian could not be asked (" + err.Error() + "); failing closed."}
+	s.cfg.Logger.Warn("the guardian could not be asked; failing closed",
+		"session", id, "err", err)
+	return Outcome{Decision: "deny", Message: "the guardian could not be asked; failing closed."}
 }
 
 // progress sends a progress notification every ProgressEvery until stopped, so a client

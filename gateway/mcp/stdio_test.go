@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -14,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -408,4 +411,151 @@ func TestStdioHidesAskOncePerList(t *testing.T) {
 		require.NotEqual(t, "get-env", tl.Name, "get-env is denied outright")
 	}
 	require.EqualValues(t, 1, previews.Load())
+}
+
+// A judged message the guardian cannot read as MCP is the client's fault, and both
+// transports say so alike: `vigil mcp wrap` (the guardian over /aos) answers as --mcp over
+// HTTP (the guardian in process) does, and the server never sees the message.
+func TestInvalidMessageAnsweredAlikeOverBothTransports(t *testing.T) {
+	reached := make(chan string, 16)
+	up := answering(t, func(w http.ResponseWriter, _ *http.Request, id string) {
+		reached <- id
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	s := newStack(t, testRules, up, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// The stdio relay, judged by the same guardian over /aos; the server is a pipe.
+	sess := NewSession(SessionConfig{ID: "mcp-invalid", Upstream: "everything", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+	clientIn, clientW := io.Pipe()
+	clientR, clientOut := io.Pipe()
+	serverInR, serverIn := io.Pipe()
+	serverOutR, serverOut := io.Pipe()
+	go func() {
+		b, _ := io.ReadAll(serverInR)
+		reached <- string(b)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(ctx, sess, Pipes{ClientIn: clientIn, ClientOut: clientOut, ServerIn: serverIn, ServerOut: serverOutR}, 0)
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(clientR)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+
+	cases := []struct{ name, msg string }{
+		{"tools/call with a number for params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":5}`},
+		{"tools/call with a number for its name", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":5}}`},
+		{"tools/call without params", `{"jsonrpc":"2.0","id":3,"method":"tools/call"}`},
+		{"tools/call with an array for arguments", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":[1]}}`},
+		{"resources/read with an object for its id", `{"jsonrpc":"2.0","id":{"n":5},"method":"resources/read","params":{"uri":"x"}}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/mcp/everything", strings.NewReader(c.msg))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(sessionHeader, "invalid")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			overHTTP, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+
+			_, err = io.WriteString(clientW, c.msg+"\n")
+			require.NoError(t, err)
+			var overStdio string
+			select {
+			case overStdio = <-lines:
+			case <-ctx.Done():
+				t.Fatalf("no answer over stdio (HTTP answered %s)", overHTTP)
+			}
+
+			require.JSONEq(t, string(overHTTP), overStdio)
+			require.Contains(t, overStdio, "Denied by Vigil: the message is not valid MCP")
+			require.NotContains(t, overStdio, "could not be asked")
+			require.NotContains(t, overStdio, "jsonrpc -32602")
+		})
+	}
+	require.NoError(t, clientW.Close())
+	require.NoError(t, serverOut.Close())
+	require.NoError(t, <-done)
+	require.Empty(t, <-reached, "the server saw none of the messages")
+	require.Empty(t, reached)
+}
+
+// What went wrong asking the guardian (an address, a transport error, a storage failure) is
+// logged, not told to the client: the refusal only says that Vigil failed closed.
+func TestJudgeFailureStaysInTheLog(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(b)
+	}), nil))
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"transport", errors.New(`aos: protocols/MCP: Post "http://10.0.0.7:7878/aos": dial tcp 10.0.0.7:7878: connection refused`)},
+		{"guardian", &aos.Error{Code: aos.CodeInternalError, Message: "internal error: store step: disk I/O error"}},
+		{"storage", fmt.Errorf("decide: %w", errors.New("store step: database is locked"))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sess := NewSession(SessionConfig{ID: "mcp-fail", Upstream: "x", Logger: log,
+				Judge: func(context.Context, []byte) (Outcome, error) { return Outcome{}, c.err }})
+			a := sess.FromClient(context.Background(), []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}`), nil)
+			require.Nil(t, a.Forward)
+			require.JSONEq(t, `{"jsonrpc":"2.0","id":1,"result":{"isError":true,
+				"content":[{"type":"text","text":"Denied by Vigil: the guardian could not be asked; failing closed."}]}}`, string(a.Reply))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Contains(t, logged.String(), strings.ReplaceAll(c.err.Error(), `"`, `\"`))
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// Members are read by their exact names, the last of a repeated name winning, as
+// JavaScript reads them: a server cannot hide a result from Vigil behind a member whose name
+// differs only in case, which the TypeScript SDK's clients ignore.
+func TestServerMessageReadAsClientsReadIt(t *testing.T) {
+	s := newStack(t, testRules, "http://127.0.0.1:1/mcp", Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cases := []struct{ name, answer string }{
+		{"an id in capitals", `{"jsonrpc":"2.0","id":7,"ID":99,"result":{"content":[{"type":"text","text":"Echo: classified"}]}}`},
+		{"a repeated id", `{"jsonrpc":"2.0","id":99,"id":7,"result":{"content":[{"type":"text","text":"Echo: classified"}]}}`},
+		{"a result in capitals", `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"Echo: classified"}]},"Result":{}}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sess := NewSession(SessionConfig{ID: "mcp-exact", Upstream: "everything", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+			a := sess.FromClient(ctx, []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}`), nil)
+			require.NotNil(t, a.Forward)
+			a = sess.FromServer(ctx, []byte(c.answer))
+			require.True(t, a.Changed, "the result passed unjudged: %s", a.Forward)
+			require.Contains(t, string(a.Forward), "Denied by Vigil: That result is classified.")
+		})
+	}
+	// The call's tool is the one the server reads, however the client spells the others.
+	sess := NewSession(SessionConfig{ID: "mcp-exact-name", Upstream: "everything", Judge: Remote(aos.NewClient(s.url + "/aos"))})
+	a := sess.FromClient(ctx, []byte(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","NAME":"other","arguments":{"message":"hi"}}}`), nil)
+	require.NotNil(t, a.Forward)
+	a = sess.FromServer(ctx, []byte(`{"jsonrpc":"2.0","id":8,"result":{"content":[{"type":"text","text":"Echo: classified"}]}}`))
+	require.Contains(t, string(a.Forward), "Denied by Vigil: That result is classified.")
 }
