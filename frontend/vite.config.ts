@@ -35,5 +35,7 @@ export default defineConfig({
   test: {
     include: ['src/**/*.test.ts'],
     environment: 'node',
+    // The contrast test reads the theme's colours from app.css (?raw).
+    css: { include: [/app\.css/] },
   },
 });

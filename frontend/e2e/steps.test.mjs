@@ -97,7 +97,9 @@ describe('session timeline', () => {
     await shot(page, 'steps-01b-pending-390');
     await page.setViewportSize({ width: 1440, height: 900 });
 
+    // As on the Held page, the approval waits out its undo window (e2e/review.test.mjs).
     await row.getByRole('button', { name: 'Approve transfer_funds' }).click();
+    await detail.getByTestId('queued-decision').getByTestId('send-now').click();
     assert.equal((await answer).result?.decision, 'allow');
     // The hold gives way to the stored step, which takes the selection.
     await row.waitFor({ state: 'detached' });

@@ -97,7 +97,9 @@ function validateRule(rule) {
   if (!['allow', 'deny', 'modify', 'hold'].includes(rule.action)) errors.push({ field: 'action', message: 'action must be allow, deny, modify or hold' });
   if (rule.mode && !['enforce', 'monitor', 'off'].includes(rule.mode)) errors.push({ field: 'mode', message: 'mode must be enforce, monitor or off' });
   try {
-    compile(rule.when ?? '');
+    // As the guardian: an empty condition is an error of its own, without a position.
+    if (!(rule.when ?? '').trim()) errors.push({ field: 'when', message: 'expression is empty' });
+    else compile(rule.when ?? '');
   } catch (e) {
     if (e instanceof ExprError) errors.push({ field: 'when', line: e.line, column: e.column, message: e.bare });
     else errors.push({ field: 'when', message: errText(e) });
@@ -1016,7 +1018,11 @@ async function api(req, res, url) {
       if (errs.length) return fail(res, 400, 'invalid_rule', `${rl.id}: ${errs[0].message}`);
     }
     if (q.get('mode') !== 'merge') for (const id of [...rules.keys()]) if (!(doc.rules ?? []).some((x) => x.id === id)) rules.delete(id);
-    for (const rl of doc.rules ?? []) saveRule(rl, 'reload');
+    for (const rl of doc.rules ?? []) {
+      const prev = rules.get(rl.id) ?? null;
+      saveRule(rl, 'reload');
+      addAudit({ type: 'rule.import', operator: req.headers['x-vigil-operator'] ?? '', ruleId: rl.id, diff: [{ op: prev ? 'replace' : 'add', path: '', value: rl }] });
+    }
     return json(res, 200, { imported: (doc.rules ?? []).length });
   }
   if ((r = m(/^\/api\/rules\/([^/]+)\/versions$/)) && req.method === 'GET') return json(res, 200, { versions: ruleVersions.get(decodeURIComponent(r[1])) ?? [] });

@@ -3,6 +3,7 @@
 // subscribe to the event stream for what only they need.
 
 import { Api, ApiError, liveUrl, resolveApiBase, type DecisionBody, type Me } from './api';
+import { UNDO_MS } from './decisions';
 import { ClockOffset, applyHoldEvents, emptyHolds, holdsBySession, setPending, type HoldsState } from './holds';
 import { LiveClient, type LiveState } from './live';
 import { loadOperator, saveOperator } from './operator';
@@ -11,8 +12,7 @@ import type { Hold, Info, LiveEvent, Stats, Step } from './types';
 
 export const TICKER_MAX = 200;
 
-/** How long a decision waits, undoable, before the agent is answered. */
-export const UNDO_MS = 5000;
+export { UNDO_MS };
 
 export type DecisionAction = 'approve' | 'deny' | 'modify';
 
@@ -272,6 +272,8 @@ class ConsoleState {
   ): 'queued' | 'now' | 'duplicate' {
     if (this.queued.some((q) => q.hold.id === hold.id)) return 'duplicate';
     const id = ++this.queueId;
+    // The countdown of the undo window starts from now, not from the last second's tick.
+    this.now = Date.now();
     const left = Date.parse(hold.deadline) - this.serverNow();
     const now = !Number.isNaN(left) && left < UNDO_MS + 1500;
     const q: QueuedDecision = {

@@ -48,6 +48,11 @@ export function count(n: number | undefined | null): string {
   return intFmt.format(n);
 }
 
+/** "1 step", "2 steps", "1,234 steps": the count and the word, singular for exactly one. */
+export function plural(n: number | undefined | null, one: string, many = `${one}s`): string {
+  return `${count(n)} ${n === 1 ? one : many}`;
+}
+
 /** "steps/toolCallRequest" → "toolCallRequest". */
 export function shortMethod(m: string | undefined): string {
   if (!m) return '';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Api, ApiError, headerSafe, liveUrl, query, resolveApiBase } from './api';
-import { count, micros, relTime, shortId, shortMethod } from './format';
+import { auditDiffLabel, auditNote } from './audit';
+import { count, micros, plural, relTime, shortId, shortMethod } from './format';
 import { parseParams } from './jsonedit';
 import { loadOperator, saveOperator } from './operator';
 import { href, parseHash, type Route } from './router';
@@ -54,9 +55,25 @@ describe('virtual list math', () => {
 
 describe('timeline', () => {
   const st = (seq: number, turnId: string) => ({ seq, turnId, sessionId: 's', receivedAt: '' }) as Step;
-  it('groups by turn', () => {
+  it('groups by turn id: a turn has one header however its steps interleave', () => {
     const rows = timelineRows([st(1, 't1'), st(2, 't1'), st(3, 't2'), st(4, 't1')]);
-    expect(rows.map((r) => (r.type === 'turn' ? `T${r.number}` : r.type === 'step' ? r.step.seq : r.hold.id))).toEqual(['T1', 1, 2, 'T2', 3, 'T3', 4]);
+    expect(rows.map((r) => (r.type === 'turn' ? `T${r.number}` : r.type === 'step' ? r.step.seq : r.hold.id))).toEqual(['T1', 1, 2, 4, 'T2', 3]);
+    expect(new Set(rows.map((r) => r.key)).size).toBe(rows.length);
+  });
+  it('puts a step decided after review back in its turn, where it was held', () => {
+    // Turn t2's step 7 was held at :04 and stored once approved, after turn t3's steps:
+    // it has the highest seq but arrived before them.
+    const at = (seq: number, turnId: string, t: string) => ({ ...st(seq, turnId), receivedAt: `2025-01-01T00:00:${t}Z` }) as Step;
+    const rows = timelineRows([at(1, 't1', '01'), at(2, 't2', '03'), at(3, 't2', '05'), at(4, 't3', '08'), at(5, 't3', '09'), at(7, 't2', '04')]);
+    const seen = rows.map((r) => (r.type === 'turn' ? `T${r.number}:${r.turnId}` : r.type === 'step' ? r.step.seq : r.hold.id));
+    expect(seen).toEqual(['T1:t1', 1, 'T2:t2', 2, 7, 3, 'T3:t3', 4, 5]);
+    // The turn number a step row carries is its header's.
+    expect(rows.find((r) => r.type === 'step' && r.step.seq === 7)).toMatchObject({ turnNumber: 2 });
+  });
+  it('orders a turn that only a later-stored held step began before the turns after it', () => {
+    const at = (seq: number, turnId: string, t: string) => ({ ...st(seq, turnId), receivedAt: `2025-01-01T00:00:${t}Z` }) as Step;
+    const rows = timelineRows([at(1, 't1', '01'), at(3, 't3', '06'), at(2, 't2', '04')]);
+    expect(rows.map((r) => (r.type === 'turn' ? r.turnId : r.type === 'step' ? r.step.seq : ''))).toEqual(['t1', 1, 't2', 2, 't3', 3]);
   });
   it('places pending holds by the time they were held, in their turn', () => {
     const at = (seq: number, turnId: string, t: string) => ({ ...st(seq, turnId), receivedAt: t }) as Step;
@@ -99,6 +116,13 @@ describe('format', () => {
     expect(relTime(undefined, 0)).toBe('—');
     expect(shortMethod('steps/toolCallRequest')).toBe('toolCallRequest');
     expect(shortId('0123456789abcdefghijklmnop', 11)).toBe('01234…lmnop');
+  });
+  it('says one step, not 1 steps', () => {
+    expect(plural(1, 'step')).toBe('1 step');
+    expect(plural(0, 'step')).toBe('0 steps');
+    expect(plural(2, 'match', 'matches')).toBe('2 matches');
+    expect(plural(1234, 'step')).toBe('1,234 steps');
+    expect(plural(undefined, 'error')).toBe('0 errors');
   });
 });
 
@@ -187,5 +211,21 @@ describe('api client', () => {
     await expect(down.info()).rejects.toMatchObject({ code: 'network' });
     const proxy = new Api('', async () => new Response('Bad Gateway', { status: 502 }));
     await expect(proxy.info()).rejects.toMatchObject({ status: 502, message: 'Bad Gateway' });
+  });
+});
+
+describe('audit note', () => {
+  const patch = [{ op: 'replace', path: '/toolCallRequest/inputs/0/value', value: 50, old: 5000 }];
+  it('says "params edited" only for a hold approved with edited params', () => {
+    expect(auditNote({ type: 'hold.modified', diff: patch })).toBe('params edited');
+    expect(auditNote({ type: 'hold.modified', diff: patch, note: 'capped' })).toBe('capped');
+    // A rule change's diff is the rule's, not a step's params.
+    for (const type of ['rule.import', 'rule.update', 'rule.create', 'rule.reload']) expect(auditNote({ type, diff: [{ op: 'add', path: '/x', value: 1 }] })).toBe('');
+    // A plain approval's diff is the rules' own modifications.
+    expect(auditNote({ type: 'hold.approved', diff: patch })).toBe("rules' modifications applied");
+    expect(auditNote({ type: 'hold.modified', diff: [] })).toBe('');
+    expect(auditNote({ type: 'hold.denied' })).toBe('');
+    expect(auditDiffLabel('rule.import')).toBe('Change to the rule');
+    expect(auditDiffLabel('hold.modified')).toBe('Params edited by the operator');
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cleanRule, fieldErrors, newRule, parseSetLines, parseTestStep, ruleSetWith, setLines, slug, whenDiagnostics } from './ruleform';
+import { WHEN_EXAMPLE, cleanRule, fieldErrors, newRule, parseSetLines, parseTestStep, ruleSetWith, setLines, slug, whenDiagnostics } from './ruleform';
 import type { Rule } from './types';
 
 describe('whenDiagnostics', () => {
@@ -85,5 +85,16 @@ describe('small helpers', () => {
     expect(parseTestStep('{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":1}}')).toEqual({ method: 'ping', params: { a: 1 } });
     expect(parseTestStep('{"params":{}}')).toMatch(/method/);
     expect(parseTestStep('{')).toMatch(/Not valid JSON/);
+  });
+});
+
+describe('newRule', () => {
+  it('starts with an empty condition: the example is a placeholder, not text to type into', () => {
+    const r = newRule();
+    expect(r.when).toBe('');
+    expect(cleanRule({ ...r, id: 'x' }).when).toBe('');
+    expect(WHEN_EXAMPLE).toContain('send_email');
+    // Each call is a fresh draft.
+    expect(newRule()).not.toBe(r);
   });
 });

@@ -46,12 +46,20 @@ export function fieldErrors(errors: ValidationError[] | null | undefined): Recor
   return out;
 }
 
+/**
+ * The example condition a new rule shows as a placeholder (greyed, like the other fields'
+ * examples), never as its text: typed text must not be merged into an example that then never
+ * matches.
+ */
+export const WHEN_EXAMPLE = 'tool == "send_email" && !(string(inputs.to) endsWith "@corp.example")';
+
+/** A new rule's draft: an empty condition (saving it gets the guardian's "expression is empty"). */
 export function newRule(): Rule {
   return {
     id: '',
     name: '',
     description: '',
-    when: 'tool == "send_email" && !(string(inputs.to) endsWith "@corp.example")',
+    when: '',
     action: 'deny',
     message: '',
     reasonCode: '',

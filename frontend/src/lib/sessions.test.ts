@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { applyEvents, applyStep, emptySessions, matchesFilter, mergePage, peerLabel, pushCapped } from './sessions';
-import type { LiveEvent, Session, Step } from './types';
+import { applyEvents, applyStep, emptySessions, heldOnlySessions, matchesFilter, mergePage, peerLabel, pushCapped } from './sessions';
+import type { Hold, LiveEvent, Session, Step } from './types';
 
 const step = (seq: number, sessionId: string, decision = 'allow', extra: Partial<Step> = {}): Step => ({
   seq,
@@ -141,5 +141,42 @@ describe('pushCapped', () => {
     expect(pushCapped([1], [2, 3, 4, 5, 6], 3)).toEqual([6, 5, 4]);
     const b = [1];
     expect(pushCapped(b, [], 3)).toBe(b);
+  });
+});
+
+describe('heldOnlySessions', () => {
+  const hold = (id: string, sessionId: string, createdAt: string, agent?: { id: string; name: string }): Hold =>
+    ({
+      id,
+      seq: 0,
+      sessionId,
+      method: 'steps/toolCallRequest',
+      request: { params: { context: { ...(agent ? { agent } : {}), user: { id: 'ann' } } } },
+      createdAt,
+      deadline: createdAt,
+      status: 'pending',
+    }) as Hold;
+  it('lists a session that only its pending holds tell of, newest first, until it is known', () => {
+    const pending = [
+      hold('h1', 'only-held', '2025-01-01T00:00:01Z', { id: 'billing-bot', name: 'Billing bot' }),
+      hold('h2', 'stored', '2025-01-01T00:00:02Z'),
+      hold('h3', 'only-held', '2025-01-01T00:00:05Z'),
+      hold('h4', 'other', '2025-01-01T00:00:03Z'),
+    ];
+    const got = heldOnlySessions(pending, (id) => id === 'stored');
+    expect(got.map((s) => s.id)).toEqual(['only-held', 'other']);
+    expect(got[0]).toMatchObject({
+      agentId: 'billing-bot',
+      agentName: 'Billing bot',
+      userId: 'ann',
+      steps: 0,
+      pendingHolds: 2,
+      firstSeen: '2025-01-01T00:00:01Z',
+      lastSeen: '2025-01-01T00:00:05Z',
+      heldOnly: true,
+    });
+    // It matches the Held filter, and the search by agent.
+    expect(matchesFilter(got[0]!, { text: 'billing', decision: 'held', control: '' }, got[0]!.pendingHolds ?? 0)).toBe(true);
+    expect(heldOnlySessions(pending, () => true)).toEqual([]);
   });
 });

@@ -2,7 +2,7 @@
 // newest step comes out. Every update is idempotent (a step at or below a session's lastSeq is
 // ignored), so a page fetched while events stream in never double counts.
 
-import type { LiveEvent, Peer, Session, SessionControlChange, Step } from './types';
+import type { Hold, LiveEvent, Peer, Session, SessionControlChange, Step } from './types';
 
 export interface SessionsState {
   byId: Map<string, Session>;
@@ -196,4 +196,40 @@ export function pushCapped<T>(buf: T[], items: T[], max: number): T[] {
   const fresh = items.slice().reverse();
   const out = fresh.length >= max ? fresh.slice(0, max) : fresh.concat(buf.slice(0, max - fresh.length));
   return out;
+}
+
+/**
+ * Sessions that only their pending holds tell of. A held step is stored once it is decided, so
+ * a session whose only steps are waiting for review is in no page of GET /api/sessions yet; the
+ * Live page lists it from the review queue (newest hold first) until its first step is stored.
+ * `known` says which sessions the list has already.
+ */
+export function heldOnlySessions(pending: readonly Hold[], known: (id: string) => boolean): Session[] {
+  const byId = new Map<string, Session>();
+  for (const h of pending) {
+    if (!h.sessionId || known(h.sessionId)) continue;
+    const ctx = (h.request as { params?: { context?: { agent?: { id?: unknown; name?: unknown }; user?: { id?: unknown } } } } | null)?.params?.context;
+    const str = (v: unknown) => (typeof v === 'string' && v ? v : undefined);
+    const cur = byId.get(h.sessionId);
+    const t = Date.parse(h.createdAt);
+    const newest = !cur || t >= Date.parse(cur.lastSeen);
+    const oldest = !cur || t < Date.parse(cur.firstSeen);
+    const s: Session = {
+      id: h.sessionId,
+      agentId: cur?.agentId ?? str(ctx?.agent?.id) ?? h.agentId,
+      agentName: cur?.agentName ?? str(ctx?.agent?.name),
+      userId: cur?.userId ?? str(ctx?.user?.id),
+      firstSeen: oldest ? h.createdAt : cur.firstSeen,
+      lastSeen: newest ? h.createdAt : cur.lastSeen,
+      lastSeq: 0,
+      steps: 0,
+      decisions: {},
+      lastMethod: newest ? h.method : cur.lastMethod,
+      control: 'active',
+      pendingHolds: (cur?.pendingHolds ?? 0) + 1,
+      heldOnly: true,
+    };
+    byId.set(s.id, s);
+  }
+  return [...byId.values()].sort((a, b) => Date.parse(b.lastSeen) - Date.parse(a.lastSeen) || (a.id < b.id ? -1 : 1));
 }

@@ -1,6 +1,6 @@
-// A session's steps as rows grouped by turn: a header row whenever the turn changes. Pending
-// holds of the session are rows too: a held step is stored only once it is decided, so until
-// then the hold stands in for it, placed by when it was held.
+// A session's steps as rows grouped by turn: a header row per turn. Pending holds of the
+// session are rows too: a held step is stored only once it is decided, so until then the hold
+// stands in for it, placed by when it was held.
 
 import type { Hold, Step } from './types';
 
@@ -16,32 +16,72 @@ export function holdTurn(h: Hold): string {
   return typeof t === 'string' ? t : '';
 }
 
+/**
+ * The rows of a timeline: one header per turn (by turn id: steps without one form one turn),
+ * turns in the order they began, and each turn's steps and pending holds in the order they
+ * arrived. A held step is stored (and given its seq) only once it is decided, after the steps
+ * that came while it waited: ordering by arrival puts it back where it was held, in its turn,
+ * instead of under a second header for the same turn at the end.
+ */
 export function timelineRows(steps: Step[], pending: Hold[] = []): Row[] {
-  const rows: Row[] = [];
-  let turn: string | null = null;
-  let n = 0;
-  const header = (t: string, at: string) => {
-    if (t === turn) return;
-    turn = t;
-    n++;
-    rows.push({ type: 'turn', key: `t${n}:${t}`, turnId: t, number: n, at });
-  };
-  const holds = [...pending].sort((a, b) => Date.parse(a.createdAt) - Date.parse(b.createdAt) || (a.id < b.id ? -1 : 1));
-  let h = 0;
-  const flushHolds = (before: number) => {
-    while (h < holds.length && Date.parse(holds[h]!.createdAt) < before) {
-      const hold = holds[h++]!;
-      header(holdTurn(hold), hold.createdAt);
-      rows.push({ type: 'hold', key: `h${hold.id}`, hold, turnNumber: n });
-    }
-  };
-  for (const s of steps) {
-    flushHolds(Date.parse(s.receivedAt));
-    header(s.turnId ?? '', s.receivedAt);
-    rows.push({ type: 'step', key: `s${s.seq}`, step: s, turnNumber: n });
+  interface Item {
+    t: number;
+    /** Tie-breaks equal times: seq for steps (arrival), after every step for holds. */
+    seq: number;
+    id: string;
+    at: string;
+    step?: Step;
+    hold?: Hold;
   }
-  flushHolds(Infinity);
+  interface Turn {
+    id: string;
+    order: number;
+    items: Item[];
+    sorted: boolean;
+  }
+  const turns = new Map<string, Turn>();
+  const add = (turnId: string, it: Item) => {
+    let g = turns.get(turnId);
+    if (!g) {
+      g = { id: turnId, order: turns.size, items: [], sorted: true };
+      turns.set(turnId, g);
+    }
+    const last = g.items[g.items.length - 1];
+    if (last && byArrival(last, it) > 0) g.sorted = false;
+    g.items.push(it);
+  };
+  let prev = -Infinity;
+  for (const s of steps) {
+    const parsed = Date.parse(s.receivedAt);
+    // A step without a readable time stays after the one before it.
+    const t = Number.isNaN(parsed) ? prev : parsed;
+    prev = t;
+    add(s.turnId ?? '', { t, seq: s.seq, id: '', at: s.receivedAt, step: s });
+  }
+  for (const h of pending) {
+    const parsed = Date.parse(h.createdAt);
+    add(holdTurn(h), { t: Number.isNaN(parsed) ? Infinity : parsed, seq: Infinity, id: h.id, at: h.createdAt, hold: h });
+  }
+  const groups = [...turns.values()];
+  for (const g of groups) if (!g.sorted) g.items.sort(byArrival);
+  groups.sort((a, b) => byArrival(a.items[0]!, b.items[0]!) || a.order - b.order);
+
+  const rows: Row[] = [];
+  groups.forEach((g, i) => {
+    const n = i + 1;
+    rows.push({ type: 'turn', key: `t:${g.id}`, turnId: g.id, number: n, at: g.items[0]!.at });
+    for (const it of g.items) {
+      if (it.step) rows.push({ type: 'step', key: `s${it.step.seq}`, step: it.step, turnNumber: n });
+      else if (it.hold) rows.push({ type: 'hold', key: `h${it.hold.id}`, hold: it.hold, turnNumber: n });
+    }
+  });
   return rows;
+}
+
+function byArrival(a: { t: number; seq: number; id: string }, b: { t: number; seq: number; id: string }): number {
+  if (a.t !== b.t) return a.t < b.t ? -1 : 1;
+  if (a.seq !== b.seq) return a.seq < b.seq ? -1 : 1;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
 /** Appends steps not already present (by seq), keeping arrival order. */

@@ -32,6 +32,8 @@ export interface Session {
    * serverInfo); absent for other sessions. */
   client?: Peer;
   server?: Peer;
+  /** Console only: a session known from its pending holds alone (nothing of it stored yet). */
+  heldOnly?: boolean;
 }
 
 /** A program at one end of a gateway session (an MCP Implementation). */
@@ -81,6 +83,7 @@ export interface Hold {
   id: string;
   seq: number;
   sessionId: string;
+  agentId?: string;
   method: string;
   kind?: Kind;
   tool?: string;
