@@ -74,12 +74,23 @@ func (a *Auth) Wrap(next http.Handler) http.Handler {
 // Config.Insecure). The signed-in operator is available to handlers through OperatorFrom.
 func (a *Auth) ConsoleMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := cleanPath(r.URL.Path)
-		if !strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/api/auth/") {
+		// The path is read two ways, and the stricter reading decides: decoded (as the mux
+		// matches a literal segment: /api/%6beys is /api/keys) and escaped (as the mux splits
+		// segments: in /api/sessions/a%2F..%2F..%2F../steps the id is one segment, which the
+		// decoded path cleans away, leaving /steps).
+		decoded, escaped := cleanPath(r.URL.Path), cleanPath(r.URL.EscapedPath())
+		api := func(p string) bool { return strings.HasPrefix(p, "/api/") }
+		signIn := func(p string) bool { return strings.HasPrefix(p, "/api/auth/") }
+		if !api(decoded) && !api(escaped) || signIn(decoded) && signIn(escaped) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		pr, aerr := a.authorize(r, RequiredRole(r.Method, p, r.URL.RawPath != ""))
+		hasEscapes := r.URL.RawPath != ""
+		role := RequiredRole(r.Method, decoded, hasEscapes)
+		if other := RequiredRole(r.Method, escaped, hasEscapes); roleRank(other) > roleRank(role) {
+			role = other
+		}
+		pr, aerr := a.authorize(r, role)
 		if aerr != nil {
 			writeAPIError(w, aerr)
 			return
@@ -98,8 +109,9 @@ func (a *Auth) AuthorizeRequest(r *http.Request) error {
 	return nil
 }
 
-// cleanPath is the path routing decisions are made on. The mux never serves an unclean path
-// (it redirects), so deciding on the clean form cannot grant more than the route needs.
+// cleanPath is a path as routing decisions read it. The mux redirects a path that is not
+// clean, but it judges cleanliness on the escaped path, where an encoded slash is not one:
+// ConsoleMiddleware therefore reads both forms.
 func cleanPath(p string) string {
 	if p == "" {
 		return "/"

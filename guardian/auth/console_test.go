@@ -273,6 +273,46 @@ func TestUncleanPathsCannotSkipChecks(t *testing.T) {
 	}
 }
 
+// An id the mux takes as one segment ("a%2F..%2F..") is not cleaned away before the checks:
+// with it, /api/sessions/ID/steps once read as /steps, not under /api/, and passed
+// unchecked, with no sign-in, no role and no CSRF token.
+func TestEncodedDotSegmentsCannotSkipChecks(t *testing.T) {
+	e := newEnv(t, Config{Loopback: true})
+	e.addUser(t, "vera", RoleViewer)
+	srv := e.server(t)
+	const id = "/api/sessions/a%2F..%2F..%2F..%2F.."
+	send := func(method, p string, c *client) int {
+		req, err := http.NewRequest(method, srv.URL+p, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if c != nil {
+			req.Header.Set(CSRFHeader, c.csrf)
+			for _, ck := range c.http.Jar.Cookies(nil) {
+				req.AddCookie(ck)
+			}
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tt := range []struct{ method, path string }{
+		{"GET", id + "/comments"},
+		{"POST", id + "/block"},
+		{"POST", id + "/comments"},
+		{"POST", "/api/holds/x%2F..%2F..%2F..%2F../approve"},
+		{"PUT", "/api/rules/%2E%2E%2F%2E%2E%2F%2E%2E"},
+	} {
+		require.Equal(t, http.StatusUnauthorized, send(tt.method, tt.path, nil), "no sign-in: %s %s", tt.method, tt.path)
+	}
+	viewer := newClient(t, srv)
+	require.Equal(t, http.StatusOK, viewer.login("vera", "vera-password").status)
+	require.Equal(t, http.StatusOK, send("GET", id+"/comments", viewer), "a viewer reads")
+	for _, p := range []string{id + "/resume", id + "/comments", "/api/holds/x%2F..%2F..%2F..%2F../approve"} {
+		require.Equal(t, http.StatusForbidden, send("POST", p, viewer), "a viewer does not change: %s", p)
+	}
+}
+
 func TestWebsocketNeedsSession(t *testing.T) {
 	e := newEnv(t, Config{Loopback: true})
 	e.addUser(t, "vera", RoleViewer)
