@@ -83,7 +83,10 @@ func pool(t *testing.T) *pgxpool.Pool {
 func join(t *testing.T, p *pgxpool.Pool, s *holdStore, addr string) *cluster.Registry {
 	t.Helper()
 	r, err := cluster.Join(context.Background(), cluster.Options{Pool: p, Holds: s, Addr: addr,
-		Heartbeat: 10 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
+		// A live replica must beat within DeadAfter even on a loaded CI machine, where a
+		// goroutine can wait hundreds of milliseconds for a core: 300 ms once let a live
+		// replica's hold be ended as a dead one's.
+		Heartbeat: 10 * time.Millisecond, DeadAfter: 1500 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	return r
