@@ -155,6 +155,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		AllowedOrigins: origins,
 		Logger:         log,
 		Authorize:      az.AuthorizeRequest,
+		AuthEpoch:      az.Epoch,
 		// Live connections are capped per signed-in operator, else per client address.
 		MaxClients:            cfg.MaxLiveClients,
 		MaxClientsPerIdentity: cfg.MaxLivePerClient,

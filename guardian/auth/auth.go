@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -140,6 +141,8 @@ type Options struct {
 
 // Auth authenticates agents and operators. It is safe for concurrent use.
 type Auth struct {
+	// epoch moves with every change to accounts, keys and sign-ins (Epoch).
+	epoch   atomic.Uint64
 	cfg     Config
 	store   Store
 	publish func(record.Event)
@@ -239,10 +242,16 @@ func (a *Auth) Run(ctx context.Context) {
 }
 
 func (a *Auth) emit(ev record.Event) {
+	a.epoch.Add(1) // every change emits: a sign-in may have ended (see Epoch)
 	if a.publish != nil && ev.Seq != 0 {
 		a.publish(ev)
 	}
 }
+
+// Epoch changes whenever a sign-in may have ended (a logout, an account removed, a password
+// changed, and any other change to accounts, keys and sign-ins): the live stream authorizes
+// its connections again when it moves (live.Options.AuthEpoch).
+func (a *Auth) Epoch() uint64 { return a.epoch.Load() }
 
 // Context values set by the middlewares.
 type ctxKey int

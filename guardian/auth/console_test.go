@@ -382,3 +382,66 @@ func TestZeroConfigWebsocket(t *testing.T) {
 	r = httptest.NewRequest("GET", "http://rebound.example:7878/api/live", nil)
 	require.Error(t, e.a.AuthorizeRequest(r))
 }
+
+// A live stream ends with the sign-in that opened it: after a logout or the account's
+// removal the next event closes it (1008) instead of reaching the browser.
+func TestLiveStreamEndsWithItsSignIn(t *testing.T) {
+	e := newEnv(t, Config{Loopback: true})
+	e.addUser(t, "vera", RoleViewer)
+	e.addUser(t, "walt", RoleViewer)
+	hub := live.NewHub(live.Options{Source: e.db, Authorize: e.a.AuthorizeRequest, AuthEpoch: e.a.Epoch})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hub.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/live", hub)
+	e.a.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/live"
+
+	open := func(name string) (*client, *websocket.Conn) {
+		c := newClient(t, srv)
+		require.Equal(t, http.StatusOK, c.login(name, name+"-password").status)
+		cookie := c.http.Jar.(*cookieJar).get(SessionCookie)
+		conn, _, err := websocket.DefaultDialer.Dial(wsURL, http.Header{"Cookie": {SessionCookie + "=" + cookie.Value}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		return c, conn
+	}
+	// A stats tick goes to every client, live only (stored events would be ordered against
+	// the sign-ins' own audit events).
+	publish := func() { hub.PublishStats(json.RawMessage(`{"steps":1}`)) }
+	read := func(conn *websocket.Conn) error {
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, _, err := conn.ReadMessage()
+		return err
+	}
+	requireSignedOut := func(conn *websocket.Conn) {
+		t.Helper()
+		err := read(conn)
+		var ce *websocket.CloseError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, websocket.ClosePolicyViolation, ce.Code)
+	}
+
+	vera, veraConn := open("vera")
+	_, waltConn := open("walt")
+	publish()
+	require.NoError(t, read(veraConn))
+	require.NoError(t, read(waltConn))
+
+	require.Equal(t, http.StatusOK, vera.do(http.MethodPost, "/api/auth/logout", nil).status)
+	publish()
+	requireSignedOut(veraConn)
+	require.NoError(t, read(waltConn), "another operator's stream goes on")
+
+	_, err := e.a.RemoveUser(context.Background(), "walt", "test", false)
+	require.NoError(t, err)
+	publish()
+	requireSignedOut(waltConn)
+}

@@ -105,6 +105,7 @@ func (a *Auth) handleLogin(w http.ResponseWriter, r *http.Request) {
 		if _, _, err := a.store.DeleteAuthSession(r.Context(), oh[:], nil); err != nil {
 			a.log.Warn("auth: end previous session", "err", err)
 		}
+		a.epoch.Add(1) // that sign-in's live streams end too
 	}
 	http.SetCookie(w, a.sessionCookie(r, token, sess.ExpiresAt))
 	apijson.Write(w, http.StatusOK, Me{Name: u.Name, Role: u.Role, CSRFToken: csrf, AuthRequired: true})

@@ -35,6 +35,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apijson.Error(w, http.StatusForbidden, "forbidden", "origin not allowed")
 		return
 	}
+	var epoch uint64
+	if h.opts.AuthEpoch != nil {
+		epoch = h.opts.AuthEpoch() // before Authorize: a change between them is seen later
+	}
 	if h.opts.Authorize != nil {
 		if err := h.opts.Authorize(r); err != nil {
 			h.log.Info("rejected an unauthorized websocket", "err", err)
@@ -77,6 +81,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		quit:       make(chan struct{}),
 		cancel:     cancel,
 		registered: make(chan struct{}),
+		req:        r,
+		epoch:      epoch,
 	}
 	// Register before the handshake completes: every event published after the client sees
 	// the 101 reaches it, and a replay, which starts after this, overlaps rather than gaps.
@@ -261,6 +267,9 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 				c.queued.Add(-int64(len(f.data)))
 				continue
 			}
+			if !h.stillAuthorized(c, false) {
+				return closeSignedOut
+			}
 			err := h.write(conn, f.data)
 			c.queued.Add(-int64(len(f.data)))
 			if err != nil {
@@ -271,11 +280,37 @@ func (h *Hub) writeLoop(ctx context.Context, c *client, conn *websocket.Conn, re
 				last = f.seq
 			}
 		case <-ping.C:
+			if !h.stillAuthorized(c, true) {
+				return closeSignedOut
+			}
 			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(h.opts.WriteTimeout)); err != nil {
 				return closeReason{}
 			}
 		}
 	}
+}
+
+// stillAuthorized authorizes c's upgrade request again when the AuthEpoch moved since it
+// last was, or always when always (at a ping, which also catches a sign-in that expired).
+func (h *Hub) stillAuthorized(c *client, always bool) bool {
+	if h.opts.Authorize == nil {
+		return true
+	}
+	var epoch uint64
+	if h.opts.AuthEpoch != nil {
+		epoch = h.opts.AuthEpoch()
+		if epoch == c.epoch && !always {
+			return true
+		}
+	} else if !always {
+		return true
+	}
+	if err := h.opts.Authorize(c.req); err != nil {
+		h.log.Info("closed a live stream whose sign-in ended", "err", err)
+		return false
+	}
+	c.epoch = epoch
+	return true
 }
 
 // replay sends stored events after c.after, page by page, and returns the last seq it read.
@@ -322,6 +357,9 @@ func (h *Hub) replay(ctx context.Context, c *client, conn *websocket.Conn, reade
 			last = ev.Seq
 			if c.session != "" && ev.SessionID != c.session {
 				continue
+			}
+			if !h.stillAuthorized(c, false) {
+				return last, closeSignedOut, false
 			}
 			if err := h.write(conn, encodeEvent(ev)); err != nil {
 				h.log.Debug("websocket write failed", "err", err)

@@ -83,8 +83,14 @@ type Options struct {
 	MaxMessageBytes int64
 	// Logger receives connection and recovery logs (slog.Default()).
 	Logger *slog.Logger
-	// Authorize, when set, is called before the upgrade; an error answers 401.
+	// Authorize, when set, is called before the upgrade; an error answers 401. It is called
+	// again, with the upgrade request, while the connection lasts: at every ping, and before
+	// the next frame once AuthEpoch has moved. An error then closes the connection (1008),
+	// so a stream ends with the sign-in that opened it.
 	Authorize func(r *http.Request) error
+	// AuthEpoch, when set, changes whenever a sign-in may have ended (a logout, an account
+	// removed, a password changed).
+	AuthEpoch func() uint64
 }
 
 // Counters are the hub's running totals, for stats and logs.
@@ -151,6 +157,9 @@ type closeReason struct {
 	text string
 }
 
+// closeSignedOut ends a stream whose sign-in ended.
+var closeSignedOut = closeReason{websocket.ClosePolicyViolation, "signed out"}
+
 // frame is one encoded event, shared by every client it goes to.
 type frame struct {
 	seq     int64
@@ -178,6 +187,10 @@ type client struct {
 	// queued is the bytes of the frames in send and of the one being written: the hub
 	// adds, the writer subtracts once a frame is written.
 	queued atomic.Int64
+	// req is the upgrade request, authorized again while the connection lasts; epoch is
+	// the AuthEpoch it was last authorized at. Only the client's writer uses them.
+	req   *http.Request
+	epoch uint64
 }
 
 // Hub fans events out to websocket clients. Create it with NewHub, run Run in one goroutine,
