@@ -313,10 +313,12 @@ func TestEncodedDotSegmentsCannotSkipChecks(t *testing.T) {
 	}
 }
 
-func TestWebsocketNeedsSession(t *testing.T) {
-	e := newEnv(t, Config{Loopback: true})
-	e.addUser(t, "vera", RoleViewer)
-	hub := live.NewHub(live.Options{Source: e.db, Authorize: e.a.AuthorizeRequest})
+// liveServer serves a running live hub with opts (its Source e's store) at /api/live, next
+// to the sign-in routes, and returns the hub, the server and the websocket URL.
+func (e *env) liveServer(t *testing.T, opts live.Options) (*live.Hub, *httptest.Server, string) {
+	t.Helper()
+	opts.Source = e.db
+	hub := live.NewHub(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -324,13 +326,19 @@ func TestWebsocketNeedsSession(t *testing.T) {
 		hub.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	// The hub alone (not behind ConsoleMiddleware): AuthorizeRequest is the only guard.
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/live", hub)
 	e.a.Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/live"
+	return hub, srv, "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/live"
+}
+
+func TestWebsocketNeedsSession(t *testing.T) {
+	e := newEnv(t, Config{Loopback: true})
+	e.addUser(t, "vera", RoleViewer)
+	// The hub alone (not behind ConsoleMiddleware): AuthorizeRequest is the only guard.
+	_, srv, wsURL := e.liveServer(t, live.Options{Authorize: e.a.AuthorizeRequest})
 
 	conn, resp, err := websocket.DefaultDialer.Dial(wsURL, nil)
 	require.Error(t, err)
@@ -389,20 +397,7 @@ func TestLiveStreamEndsWithItsSignIn(t *testing.T) {
 	e := newEnv(t, Config{Loopback: true})
 	e.addUser(t, "vera", RoleViewer)
 	e.addUser(t, "walt", RoleViewer)
-	hub := live.NewHub(live.Options{Source: e.db, Authorize: e.a.AuthorizeRequest, AuthEpoch: e.a.Epoch})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hub.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	mux := http.NewServeMux()
-	mux.Handle("GET /api/live", hub)
-	e.a.Register(mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/live"
+	hub, srv, wsURL := e.liveServer(t, live.Options{Authorize: e.a.AuthorizeRequest, AuthEpoch: e.a.Epoch})
 
 	open := func(name string) (*client, *websocket.Conn) {
 		c := newClient(t, srv)
