@@ -3,11 +3,8 @@
 //   VIGIL_BIN=/path/to/vigil node --test e2e/editapprove.test.mjs
 
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { RULES_FIXTURE, aosRequest, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+import { aosRequest, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -15,13 +12,11 @@ let guardian;
 let browser;
 /** @type {import('playwright-core').Page} */
 let page;
-const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-edit-'));
 const session = `edit-${Date.now().toString(36)}`;
 
 before(async () => {
   // The fixture's rules and one deny rule that an edit can run into.
-  const fixture = JSON.parse(readFileSync(RULES_FIXTURE, 'utf8'));
-  fixture.rules.push({
+  const extraRules = [{
     id: 'transfer-cap',
     name: 'No transfers over 50,000',
     when: 'tool == "transfer_funds" && inputs.amount > 50000',
@@ -30,10 +25,8 @@ before(async () => {
     reasonCode: 'TRANSFER_CAP',
     priority: 200,
     mode: 'enforce',
-  });
-  const rules = join(dir, 'rules.json');
-  writeFileSync(rules, JSON.stringify(fixture));
-  guardian = await startGuardian({ rules });
+  }];
+  guardian = await startGuardian({ extraRules });
   browser = await startBrowser();
   page = await browser.context.newPage();
   page.setDefaultTimeout(15_000);
@@ -43,7 +36,6 @@ before(async () => {
 after(async () => {
   await browser?.stop();
   await guardian?.stop();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 /** Holds a transfer of amount and opens its edit form; resolves with the agent's answer. @param {string} id @param {number} amount */

@@ -3,7 +3,7 @@
 // with a fresh profile, and act as an agent with plain fetch POSTs to /aos.
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -31,7 +31,9 @@ export function freePort() {
 
 /**
  * Starts the guardian and resolves with its URL once it prints "listening on http://…".
- * @param {{rules?: string, extraArgs?: string[], startTimeoutMs?: number, users?: {name: string, role: string, password: string}[]}} [opts]
+ * extraRules are added to the rules file's (the shared fixture by default) in a copy written
+ * to the guardian's own directory, which stop removes.
+ * @param {{rules?: string, extraRules?: object[], extraArgs?: string[], startTimeoutMs?: number, users?: {name: string, role: string, password: string}[]}} [opts]
  */
 export async function startGuardian(opts = {}) {
   const bin = process.env.VIGIL_BIN;
@@ -41,7 +43,14 @@ export async function startGuardian(opts = {}) {
   if (!bin && !existsSync(join(here, '..', '..', 'ui', 'dist', 'index.html'))) throw new Error('The mock serves the built console (ui/dist): run `npm run build` first.');
   const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
   const port = await freePort();
-  const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', opts.rules ?? RULES_FIXTURE, ...(opts.extraArgs ?? [])];
+  let rules = opts.rules ?? RULES_FIXTURE;
+  if (opts.extraRules) {
+    const set = JSON.parse(readFileSync(rules, 'utf8'));
+    set.rules.push(...opts.extraRules);
+    rules = join(dir, 'rules.json');
+    writeFileSync(rules, JSON.stringify(set));
+  }
+  const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', rules, ...(opts.extraArgs ?? [])];
   // Operator accounts (team mode): created in the database before the guardian starts.
   for (const u of opts.users ?? []) {
     if (!bin) throw new Error('users need the real guardian (VIGIL_BIN)');

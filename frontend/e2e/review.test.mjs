@@ -4,11 +4,8 @@
 //   VIGIL_BIN=/path/to/vigil node --test e2e/review.test.mjs
 
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { RULES_FIXTURE, aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
+import { aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -16,12 +13,10 @@ let guardian;
 let browser;
 /** @type {import('playwright-core').Page} */
 let page;
-let rulesDir = '';
 
 before(async () => {
   // The shared fixture plus a hold rule that asks for a confirmation before an approval.
-  const fixture = JSON.parse(readFileSync(RULES_FIXTURE, 'utf8'));
-  fixture.rules.push({
+  const extraRules = [{
     id: 'confirm-wire',
     name: 'Confirm wires',
     when: 'tool == "wire"',
@@ -29,11 +24,8 @@ before(async () => {
     priority: 60,
     mode: 'enforce',
     hold: { timeout: '2m', onTimeout: 'deny', confirm: true },
-  });
-  rulesDir = mkdtempSync(join(tmpdir(), 'vigil-review-rules-'));
-  const rules = join(rulesDir, 'rules.json');
-  writeFileSync(rules, JSON.stringify(fixture));
-  guardian = await startGuardian({ rules });
+  }];
+  guardian = await startGuardian({ extraRules });
   browser = await startBrowser();
   await browser.context.addInitScript(() => localStorage.setItem('vigil.operator', 'dana'));
   page = await browser.context.newPage();
@@ -43,7 +35,6 @@ before(async () => {
 after(async () => {
   await browser?.stop();
   await guardian?.stop();
-  if (rulesDir) rmSync(rulesDir, { recursive: true, force: true });
 });
 
 /** Calls the console API as dana. @param {string} method @param {string} path @param {unknown} [body] */

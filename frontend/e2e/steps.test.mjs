@@ -4,11 +4,8 @@
 //   VIGIL_BIN=/path/to/vigil node --test e2e/steps.test.mjs
 
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { RULES_FIXTURE, aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+import { aosRequest, apiCall, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -16,13 +13,11 @@ let guardian;
 let browser;
 /** @type {import('playwright-core').Page} */
 let page;
-let rulesDir = '';
 
 before(async () => {
   // The shared fixture plus a redaction rule whose message names every PII kind in the
   // text, as the old starter pack did: the console must show what was really redacted.
-  const fixture = JSON.parse(readFileSync(RULES_FIXTURE, 'utf8'));
-  fixture.rules.push({
+  const extraRules = [{
     id: 'redact-cards',
     name: 'Redact card numbers in e-mail',
     when: 'tool == "send_email" && "creditCard" in piiKinds(text)',
@@ -32,11 +27,8 @@ before(async () => {
     reasonCode: 'PII_REDACTED',
     priority: 60,
     mode: 'enforce',
-  });
-  rulesDir = mkdtempSync(join(tmpdir(), 'vigil-steps-rules-'));
-  const rules = join(rulesDir, 'rules.json');
-  writeFileSync(rules, JSON.stringify(fixture));
-  guardian = await startGuardian({ rules });
+  }];
+  guardian = await startGuardian({ extraRules });
   browser = await startBrowser();
   await browser.context.addInitScript(() => localStorage.setItem('vigil.operator', 'dana'));
   page = await browser.context.newPage();
@@ -46,7 +38,6 @@ before(async () => {
 after(async () => {
   await browser?.stop();
   await guardian?.stop();
-  if (rulesDir) rmSync(rulesDir, { recursive: true, force: true });
 });
 
 /** Calls the console API as dana. @param {string} method @param {string} path @param {unknown} [body] */
