@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -189,15 +188,7 @@ func TestHTTPSamplingAndElicitation(t *testing.T) {
 	require.NoError(t, err)
 	var methods []string
 	for _, st := range steps {
-		var req struct {
-			Params struct {
-				Message struct {
-					Method string `json:"method"`
-				} `json:"message"`
-			} `json:"params"`
-		}
-		require.NoError(t, json.Unmarshal(st.Request, &req))
-		if m := req.Params.Message.Method; m != "" && m != "tools/call" {
+		if m := mcpMethod(t, st); m != "" && m != "tools/call" {
 			methods = append(methods, m+":"+st.Decision)
 		}
 	}

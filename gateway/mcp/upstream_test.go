@@ -93,19 +93,25 @@ func resultStep(t *testing.T, s *stack, session string) string {
 	steps, err := s.db.Steps(context.Background(), record.StepQuery{SessionID: session, Limit: 10})
 	require.NoError(t, err)
 	for _, st := range steps {
-		var req struct {
-			Params struct {
-				Message struct {
-					Method string `json:"method"`
-				} `json:"message"`
-			} `json:"params"`
-		}
-		require.NoError(t, json.Unmarshal(st.Request, &req))
-		if req.Params.Message.Method == "" {
+		if mcpMethod(t, st) == "" {
 			return st.Decision
 		}
 	}
 	return ""
+}
+
+// mcpMethod is the method of the MCP message a stored step carries, "" for a response.
+func mcpMethod(t *testing.T, st record.StepRecord) string {
+	t.Helper()
+	var req struct {
+		Params struct {
+			Message struct {
+				Method string `json:"method"`
+			} `json:"message"`
+		} `json:"params"`
+	}
+	require.NoError(t, json.Unmarshal(st.Request, &req))
+	return req.Params.Message.Method
 }
 
 // An answer is read by its media type as clients read it (case-insensitive, parameters and
