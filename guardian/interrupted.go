@@ -25,11 +25,13 @@ const interruptedMessage = "The guardian stopped while this step was held for re
 func (g *Guardian) RecordInterrupted(ctx context.Context, hs []record.Hold) error {
 	var errs []error
 	for _, h := range hs {
-		rec := interruptedStep(h)
+		var rec record.StepRecord
 		if step, err := aos.ParseStep(h.Request); err == nil {
 			v := Verdict{Decision: string(aos.Deny), RuleID: h.RuleID, Message: interruptedMessage,
-				ReasonCodes: []string{holds.ReasonRestarting}, Matches: rec.MatchedRules}
+				ReasonCodes: []string{holds.ReasonRestarting}, Matches: holdMatches(h)}
 			rec = g.record(step, h.SessionID, v, h.CreatedAt, true)
+		} else {
+			rec = interruptedStep(h)
 		}
 		rec.Response = json.RawMessage("null")
 		if err := g.store.SaveStep(ctx, &rec); err != nil {
@@ -53,13 +55,17 @@ func (g *Guardian) RecordInterrupted(ctx context.Context, hs []record.Hold) erro
 // request that no longer parses (one stored by an older version, say): what the hold
 // knows, and the request kept as it was.
 func interruptedStep(h record.Hold) record.StepRecord {
-	rec := record.StepRecord{
+	return record.StepRecord{
 		SessionID: h.SessionID, AgentID: h.AgentID, Method: h.Method, Kind: h.Kind, Tool: h.Tool,
 		Decision: string(aos.Deny), ReceivedAt: h.CreatedAt.UTC(), Request: h.Request, Held: true,
-		MatchedRules: []record.RuleMatch{},
+		MatchedRules: holdMatches(h),
 	}
-	if h.RuleID != "" {
-		rec.MatchedRules = []record.RuleMatch{{RuleID: h.RuleID, Action: DecisionHold, Mode: string(rules.ModeEnforce)}}
+}
+
+// holdMatches is the match a stored hold still tells of: the rule that held the step.
+func holdMatches(h record.Hold) []record.RuleMatch {
+	if h.RuleID == "" {
+		return []record.RuleMatch{}
 	}
-	return rec
+	return []record.RuleMatch{{RuleID: h.RuleID, Action: DecisionHold, Mode: string(rules.ModeEnforce)}}
 }
