@@ -704,9 +704,7 @@ func (t *turn) emitFinal(final []byte, fh *head, output []json.RawMessage) {
 // client was not given as it stands (a message never streamed, or one that differs from
 // the message judged) is judged now, as a non-streamed answer's would be.
 func (t *turn) rewriteOutput(final []byte) ([]json.RawMessage, error) {
-	var r struct {
-		Output []json.RawMessage `json:"output"`
-	}
+	var r outputList
 	if err := decodeExact(final, &r); err != nil {
 		return nil, t.unreadable(err)
 	}
@@ -899,10 +897,7 @@ func msgType(typ string) string {
 // appError reports whether b is the runtime's application error: an object without
 // "object" whose "error" is set. It carries no agent output.
 func appError(b []byte) bool {
-	var e struct {
-		Object *string         `json:"object"`
-		Error  json.RawMessage `json:"error"`
-	}
+	var e appErrorBody
 	return decodeExact(b, &e) == nil && e.Object == nil && len(e.Error) > 0 && !isNull(e.Error)
 }
 
@@ -1050,9 +1045,7 @@ func (t *turn) relayJSON(resp *http.Response) {
 
 // judgeOutput judges each item of a non-streamed response's output.
 func (t *turn) judgeOutput(b []byte) ([]json.RawMessage, bool) {
-	var r struct {
-		Output []json.RawMessage `json:"output"`
-	}
+	var r outputList
 	if err := decodeExact(b, &r); err != nil {
 		t.internal(t.unreadable(err))
 		return nil, false

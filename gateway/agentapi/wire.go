@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -78,6 +77,18 @@ type callData struct {
 	Arguments   json.RawMessage `json:"arguments"`
 	Output      json.RawMessage `json:"output"`
 	ServerLabel string          `json:"server_label"`
+}
+
+// outputList is what the gateway reads of a final response: its output items.
+type outputList struct {
+	Output []json.RawMessage `json:"output"`
+}
+
+// appErrorBody is the runtime's application error: an object without "object" whose
+// "error" is set.
+type appErrorBody struct {
+	Object *string         `json:"object"`
+	Error  json.RawMessage `json:"error"`
 }
 
 // apiError is the protocol's Error model.
@@ -273,7 +284,7 @@ func parseItem(raw json.RawMessage) (message, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return message{}, &fieldError{"", "want a message object"}
 	}
-	if err := checkCase(raw, namesOf(reflect.TypeFor[message]())); err != nil {
+	if err := checkCase(raw, messageMembers); err != nil {
 		return message{}, err
 	}
 	for _, k := range []string{"id", "type", "role"} {
@@ -343,29 +354,29 @@ func isString(b json.RawMessage) bool {
 // object the gateway reads into a struct goes through decodeExact, which refuses a member
 // whose name differs from one of the struct's fields only in letter case.
 
-// fieldNames caches namesOf.
-var fieldNames sync.Map // reflect.Type → []string
-
-// namesOf returns the JSON member names of the fields of struct type t.
-func namesOf(t reflect.Type) []string {
-	if v, ok := fieldNames.Load(t); ok {
-		return v.([]string)
-	}
-	var names []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case name == "-" || !f.IsExported():
-		case name == "":
-			names = append(names, f.Name)
-		default:
-			names = append(names, name)
-		}
-	}
-	fieldNames.Store(t, names)
-	return names
+// exactObject is a struct the gateway reads with decodeExact: members lists the JSON
+// names of its fields, as written in their tags (TestMembersMatchTags holds them to the tags),
+// so that no reflection or cache is needed on the per-event path.
+type exactObject interface {
+	members() []string
 }
+
+// The member lists are read only.
+var (
+	headMembers     = []string{"sequence_number", "object", "status", "id", "type", "role", "msg_id", "session_id"}
+	messageMembers  = []string{"id", "type", "role", "content"}
+	contentMembers  = []string{"type", "text", "data", "image_url"}
+	callDataMembers = []string{"id", "call_id", "name", "arguments", "output", "server_label"}
+	outputMembers   = []string{"output"}
+	appErrorMembers = []string{"object", "error"}
+)
+
+func (*head) members() []string         { return headMembers }
+func (*message) members() []string      { return messageMembers }
+func (*content) members() []string      { return contentMembers }
+func (*callData) members() []string     { return callDataMembers }
+func (*outputList) members() []string   { return outputMembers }
+func (*appErrorBody) members() []string { return appErrorMembers }
 
 // checkCase refuses the first member of the JSON object obj whose name differs from one
 // of names only in letter case (as strings.EqualFold and encoding/json fold them: "Text",
@@ -501,8 +512,8 @@ func skipValue(b []byte, i int) int {
 
 // decodeExact reads the JSON object b into the struct v points to, as the runtime reads
 // it: a member whose name differs from a field's only in letter case is refused, not read.
-func decodeExact(b []byte, v any) error {
-	if err := checkCase(b, namesOf(reflect.TypeOf(v).Elem())); err != nil {
+func decodeExact(b []byte, v exactObject) error {
+	if err := checkCase(b, v.members()); err != nil {
 		return err
 	}
 	return json.Unmarshal(b, v)

@@ -11,9 +11,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// namesOf returns the JSON member names of the fields of struct type t, from their tags.
+func namesOf(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported():
+		case name == "":
+			names = append(names, f.Name)
+		default:
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// Each struct read by decodeExact lists its members by hand; a field added or renamed
+// without its list would let a case variant of it through.
+func TestMembersMatchTags(t *testing.T) {
+	for _, v := range []exactObject{&head{}, &message{}, &content{}, &callData{}, &outputList{}, &appErrorBody{}} {
+		typ := reflect.TypeOf(v).Elem()
+		require.Equal(t, namesOf(typ), v.members(), typ.Name())
+	}
+}
+
 func TestCheckCase(t *testing.T) {
-	names := namesOf(reflect.TypeFor[content]())
-	require.Equal(t, []string{"type", "text", "data", "image_url"}, names)
+	names := contentMembers
 	tests := []struct{ name, obj, want string }{
 		{"exact", `{"type":"text","text":"hi","data":null}`, ""},
 		{"other names", `{"Index":0,"msg_id":"m","Status":"x"}`, ""},
@@ -40,7 +65,7 @@ func TestCheckCase(t *testing.T) {
 	}
 	// Unicode folds as encoding/json's: ſ is s, the Kelvin sign is k.
 	var fe *fieldError
-	require.ErrorAs(t, checkCase([]byte(`{"\u017ferver_label":"x"}`), namesOf(reflect.TypeFor[callData]())), &fe)
+	require.ErrorAs(t, checkCase([]byte(`{"\u017ferver_label":"x"}`), callDataMembers), &fe)
 	require.Equal(t, "ſerver_label", fe.path)
 	require.ErrorAs(t, checkCase([]byte(`{"\u212aind":"x"}`), []string{"kind"}), &fe)
 	require.Equal(t, "\u212aind", fe.path)
@@ -55,7 +80,7 @@ func FuzzCheckCase(f *testing.F) {
 		`{"a":"\"}","\u0074EXT":[1,{"b":"]"}]}`, `{}`, `{"x":[[[]]],"y":{}}`} {
 		f.Add(s)
 	}
-	names := namesOf(reflect.TypeFor[content]())
+	names := contentMembers
 	f.Fuzz(func(t *testing.T, obj string) {
 		if !json.Valid([]byte(obj)) || !strings.HasPrefix(strings.TrimLeft(obj, " \t\r\n"), "{") {
 			return
