@@ -414,6 +414,20 @@ func checkConfig(cfg *Config, src flagSource) error {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return errors.New("-tls-cert and -tls-key go together")
 	}
+	// A flag that only tunes another must not be set alone: the operator meant something
+	// (a burst limit, signed deliveries) that would silently not happen.
+	companions := []struct {
+		flag, needs string
+		alone       bool
+	}{
+		{"agent-burst", "agent-rate", cfg.AgentBurst > 0 && cfg.AgentRate == 0},
+		{"webhook-secret", "webhook", cfg.WebhookSecret != "" && len(cfg.Webhooks) == 0},
+	}
+	for _, c := range companions {
+		if c.alone {
+			return fmt.Errorf("%s: has no effect without %s", src.name(c.flag), src.name(c.needs))
+		}
+	}
 	_, levelOK := logLevels[strings.ToLower(cfg.LogLevel)]
 	// The dead-after default follows a slower heartbeat, as the registry does; only a value
 	// someone chose below three heartbeats is refused.

@@ -293,6 +293,8 @@ func TestServeRefusesBadValues(t *testing.T) {
 		{"NaN rate", []string{"--agent-rate", "NaN"}, nil, "-agent-rate: must be"},
 		{"infinite rate", []string{"--agent-rate", "+Inf"}, nil, "-agent-rate: must be"},
 		{"negative burst", []string{"--agent-burst", "-1"}, nil, "-agent-burst: must not be negative"},
+		{"burst without a rate", []string{"--agent-burst", "20"}, nil, "-agent-burst: has no effect without -agent-rate"},
+		{"secret without a webhook", nil, map[string]string{"VIGIL_WEBHOOK_SECRET": "s3cret"}, "VIGIL_WEBHOOK_SECRET: has no effect without -webhook"},
 		{"negative retain age", []string{"--retain-age", "-1h"}, nil, "-retain-age: must not be negative (0 keeps steps of any age), got -1h0m0s"},
 		{"zero retain interval", []string{"--retain-interval", "0"}, nil, "-retain-interval: must be positive"},
 		// The bad flag is named, not the per-agent share derived from it.
