@@ -937,7 +937,7 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 			b, _ = setKey(b, "sequence_number", []byte("null"))
 			t.added = append(t.added, b)
 		}
-	case bytes.Equal(j.out, ev):
+	case bytes.Equal(j.out, ev) && t.agree(m, ev):
 		for _, e := range m.events {
 			var eh head
 			_ = json.Unmarshal(e, &eh)
@@ -951,12 +951,14 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 		item, _ := setKey(j.out, "sequence_number", []byte("null"))
 		t.replace[h.ID] = item
 	default:
-		// Changed: the message's start, its new content whole, its completion.
+		// Changed, or streamed otherwise than judged: the message's start, the judged
+		// content whole, its completion.
 		if len(m.events) > 0 {
 			var eh head
 			_ = json.Unmarshal(m.events[0], &eh)
 			if eh.Object == "message" {
-				t.emit(m.events[0], &eh)
+				start, _ := setKey(m.events[0], "content", []byte("null"))
+				t.emit(start, &eh)
 			}
 		}
 		var nm message
@@ -979,6 +981,26 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 		t.replace[h.ID] = item
 	}
 	return nil
+}
+
+// agree reports whether the events held back for m show the client what the completed
+// message ev, which was judged, says; it logs when they do not (the judged message is then
+// sent instead of them).
+func (t *turn) agree(m *held, ev []byte) bool {
+	msg, err := readMessage(ev)
+	if err != nil {
+		return false
+	}
+	parts, err := readParts(&msg)
+	if err != nil {
+		return false
+	}
+	if agrees(m.events, parts) {
+		return true
+	}
+	t.gw.log.Warn("agentapi: the upstream streamed a message otherwise than it completed it; the client gets the completed message, which was judged",
+		"message", msg.ID)
+	return false
 }
 
 // relayJSON relays a non-streamed response, its output judged item by item.
