@@ -366,6 +366,28 @@ func TestOversizedUpstreamAnswersFailInPlainWords(t *testing.T) {
 	}
 }
 
+// The messages a client was given are kept until the final response, to judge its output:
+// a stream of them is bounded as a non-streamed answer is.
+func TestStreamedMessagesAreBounded(t *testing.T) {
+	s := newStack(t, zebraRules, Config{MaxResponseBytes: 4 << 10})
+	evs := []string{evCreated, evInProgress}
+	for i := range 4 {
+		id := fmt.Sprintf("msg_%d", i)
+		evs = append(evs, strings.ReplaceAll(evMsgDone(2+i, "", textPart(`"text":"`+strings.Repeat("a", 1500)+`"`)), "msg_z", id))
+	}
+	s.agent.answer = sseAnswer(append(evs, evFinal(6, "[]"))...)
+	raw := s.streamBytes(userRequest("hello", true))
+	requireFailedEnd(t, raw, codeUpstreamBad, "the upstream's streamed messages exceed 4 KiB")
+	got, _ := events(t, strings.NewReader(raw))
+	delivered := 0
+	for _, e := range got {
+		if e["object"] == "message" && e["status"] == "completed" {
+			delivered++
+		}
+	}
+	require.Equal(t, 2, delivered, "two messages fit in 4 KiB; the third ends the turn")
+}
+
 func lastError(t *testing.T, raw string) string {
 	t.Helper()
 	evs, _ := events(t, strings.NewReader(raw))

@@ -43,8 +43,10 @@ type turn struct {
 	// replace maps an output item's id to what the client gets instead (nil: nothing).
 	replace map[string][]byte
 	// sent maps the id of a message the client got as the upstream sent it to that message
-	// (its sequence_number null, as in an output list).
-	sent map[string][]byte
+	// (its sequence_number null, as in an output list); sentBytes is their size, bounded
+	// by MaxResponseBytes as a non-streamed answer is.
+	sent      map[string][]byte
+	sentBytes int64
 	// added are messages the gateway put in the output (notices).
 	added []json.RawMessage
 	// approvals are Vigil's answers to mcp_approval_requests, sent upstream after the
@@ -901,7 +903,7 @@ func appError(b []byte) bool {
 	return decodeExact(b, &e) == nil && e.Object == nil && len(e.Error) > 0 && !isNull(e.Error)
 }
 
-var errTooLarge = errors.New("a message held for its verdict exceeds the limit")
+var errTooLarge = errors.New("the upstream's answer exceeds a limit of the gateway")
 
 func (t *turn) hold(m *held, ev []byte) error {
 	t.heldBytes += len(ev)
@@ -912,6 +914,18 @@ func (t *turn) hold(m *held, ev []byte) error {
 	return nil
 }
 
+// remember keeps the message ev the client got as the upstream sent it, to tell the
+// final response's output items the client was given from those it must judge.
+func (t *turn) remember(id string, ev []byte) error {
+	item := outputItem(ev)
+	t.sentBytes += int64(len(item) - len(t.sent[id]))
+	if t.sentBytes > t.gw.cfg.MaxResponseBytes {
+		return &upstreamError{msg: "the upstream's streamed messages exceed " + sizeText(int(t.gw.cfg.MaxResponseBytes)), err: errTooLarge}
+	}
+	t.sent[id] = item
+	return nil
+}
+
 // finish judges a completed message and sends the client what the verdict allows.
 func (t *turn) finish(m *held, ev []byte, h *head) error {
 	for _, e := range m.events {
@@ -919,8 +933,10 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 	}
 	if !m.buffer && m.typ != typeMCPApprovalRequest {
 		// Streamed already (nothing could stop it, or nothing would): judged for the record.
+		if err := t.remember(h.ID, ev); err != nil {
+			return err
+		}
 		t.emit(ev, h)
-		t.sent[h.ID] = outputItem(ev)
 		_, err := t.judge(ev)
 		return err
 	}
@@ -938,13 +954,15 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 			t.added = append(t.added, b)
 		}
 	case bytes.Equal(j.out, ev) && t.agree(m, ev):
+		if err := t.remember(h.ID, ev); err != nil {
+			return err
+		}
 		for _, e := range m.events {
 			var eh head
 			_ = json.Unmarshal(e, &eh)
 			t.emit(e, &eh)
 		}
 		t.emit(ev, h)
-		t.sent[h.ID] = outputItem(ev)
 	case !m.buffer:
 		// Its start and content went out as they came; only its completion carries more.
 		t.emit(j.out, h)
