@@ -115,6 +115,22 @@ func mergeModify(hits []hit) *Modification {
 	return m
 }
 
+// NewRedaction returns a Modification that redacts targets (named as modify.redact names
+// them: "secrets", "pii", "email", a regular expression…) and sets nothing: for text the
+// guardian sends elsewhere, such as a rule's message quoting the step.
+func NewRedaction(targets ...string) (*Modification, error) {
+	m := &Modification{}
+	for _, t := range targets {
+		rd, err := newRedactor(t)
+		if err != nil {
+			return nil, err
+		}
+		m.Redact = append(m.Redact, rd.spec)
+		m.redactors = append(m.redactors, rd)
+	}
+	return m, nil
+}
+
 // RedactString replaces every redaction target in s with [REDACTED:kind] (or [REDACTED]
 // for a regular expression) and returns the result and the number of replacements.
 func (m *Modification) RedactString(s string) (string, int) {

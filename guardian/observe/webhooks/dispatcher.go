@@ -24,6 +24,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/guardian/observe"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/rules"
 )
 
 // Headers of a delivery.
@@ -118,21 +119,37 @@ type Dispatcher struct {
 	targets []*target
 	log     *slog.Logger
 	started atomic.Bool
+	// redact takes secrets and personal data out of the texts a payload carries.
+	redact *rules.Modification
 }
 
-// New builds a dispatcher. Targets sharing a name get "-2", "-3"… appended.
+// New builds a dispatcher. Targets sharing a name get "-2", "-3"… appended (the first
+// suffix no other target has).
 func New(opts Options) *Dispatcher {
 	opts.withDefaults()
 	d := &Dispatcher{opts: opts, log: opts.Logger.With("component", "webhooks")}
-	seen := map[string]int{}
+	var err error
+	if d.redact, err = rules.NewRedaction(rules.RedactSecrets, rules.RedactPII); err != nil {
+		panic(err) // the targets are the package's own names
+	}
+	taken := map[string]bool{}
 	for _, t := range opts.Targets {
-		seen[t.Name]++
-		if n := seen[t.Name]; n > 1 {
-			t.Name += "-" + strconv.Itoa(n)
+		name := t.Name
+		for n := 2; taken[name]; n++ {
+			name = t.Name + "-" + strconv.Itoa(n)
 		}
+		t.Name = name
+		taken[name] = true
 		d.targets = append(d.targets, &target{Target: t, q: make(chan delivery, opts.Queue)})
 	}
 	return d
+}
+
+// clean is a text of the step's (a rule's message may quote it through {{…}}, a note may
+// too) as it may leave the guardian: with secrets and personal data redacted.
+func (d *Dispatcher) clean(s string) string {
+	out, _ := d.redact.RedactString(s)
+	return out
 }
 
 // Consumer is the dispatcher's place on the event stream (observe.Fanout): the events
@@ -166,6 +183,7 @@ func (d *Dispatcher) handle(_ context.Context, it observe.Item) {
 		p.Type, p.At = EventStepDenied, it.Step.ReceivedAt
 		p.ID = "evt_" + strconv.FormatInt(it.Step.Seq, 10)
 		p.Step = stepInfo(it.Step)
+		p.Step.Message = d.clean(p.Step.Message)
 		p.URL = StepURL(d.opts.PublicURL, it.Step.SessionID, it.Step.Seq)
 	case it.Event.Type == record.EventHoldCreated || it.Event.Type == record.EventHoldResolved:
 		var h record.Hold
@@ -176,6 +194,7 @@ func (d *Dispatcher) handle(_ context.Context, it observe.Item) {
 		p.Type, p.At = it.Event.Type, it.Event.At
 		p.ID = "evt_" + strconv.FormatInt(it.Event.Seq, 10)
 		p.Hold = holdInfo(&h)
+		p.Hold.Message, p.Hold.Note = d.clean(p.Hold.Message), d.clean(p.Hold.Note)
 		p.URL = HoldURL(d.opts.PublicURL, h.ID)
 	default:
 		return
