@@ -31,7 +31,7 @@ Copies a SQLite installation into an empty PostgreSQL database, in one transacti
 with their seqs, events, sessions (with their pause/block controls and MCP client and
 server), holds, the audit log, rules with every version, API keys and operator accounts
 (console sign-ins are not copied: operators sign in again). Refuses a database that
-already holds data. Stop the guardian first: steps it stores meanwhile are not copied.
+already holds data, and a SQLite file a running guardian holds: stop the guardian first.
 
 Flags:
 `)

@@ -78,7 +78,8 @@ func openExporter(ctx context.Context, dsn string) (exporter, error) {
 }
 
 // openAuthDB opens the database the keys and users commands change, with a small pool:
-// they run a handful of queries.
+// they run a handful of queries. A running guardian may hold the database: the commands
+// then work beside it (sqlite.Options.Beside), and it stores their audit entries.
 func openAuthDB(ctx context.Context, dsn string, log *slog.Logger) (storage.Backend, error) {
 	if postgres.IsURL(dsn) {
 		db, err := postgres.Open(ctx, dsn, postgres.Options{Logger: log, MaxConns: 2, Committers: 1})
@@ -87,7 +88,7 @@ func openAuthDB(ctx context.Context, dsn string, log *slog.Logger) (storage.Back
 		}
 		return db, nil
 	}
-	db, err := sqlite.Open(ctx, dsn, sqlite.Options{Logger: log, Readers: 1})
+	db, err := sqlite.Open(ctx, dsn, sqlite.Options{Logger: log, Readers: 1, Beside: true})
 	if err != nil {
 		return nil, err
 	}

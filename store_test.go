@@ -160,7 +160,7 @@ func TestMigrateSQLiteToPostgres(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, src.Close())
 
-	want := snapshot(t, reopenSQLite(t, path))
+	want := snapshotSQLite(t, path)
 	peers := map[string][2]*record.Peer{}
 	for _, ws := range want.sessions {
 		peers[ws.ID] = [2]*record.Peer{ws.Client, ws.Server}
@@ -226,11 +226,13 @@ func TestMigrateCommandUsage(t *testing.T) {
 	}
 }
 
-func reopenSQLite(t *testing.T, path string) storage.Backend {
+// snapshotSQLite reads the installation in the SQLite file at path, and closes it again:
+// migrate refuses a database another process (or Open) holds.
+func snapshotSQLite(t *testing.T, path string) installation {
 	db, err := sqlite.Open(context.Background(), path, sqlite.Options{ManualIndex: true})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	return db
+	defer func() { require.NoError(t, db.Close()) }()
+	return snapshot(t, db)
 }
 
 // installation is what a migration must carry over, read through storage.Backend.
@@ -363,4 +365,43 @@ func TestMigrateCleansTextPostgresRefuses(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, clean, audit[0].Note)
+}
+
+// A second guardian on a database in use is refused before it touches the step journal;
+// the keys and users commands work beside the guardian, which stores their audit entries
+// after its own steps.
+func TestCommandsBesideARunningGuardian(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	holder, err := sqlite.Open(ctx, path, sqlite.Options{ManualIndex: true, IngestDelay: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, holder.Close()) })
+	rec := &record.StepRecord{SessionID: "s1", Method: "steps/message", Kind: "message", Decision: "allow",
+		ReceivedAt: time.Now(), Request: json.RawMessage(`{}`), Response: json.RawMessage(`{}`)}
+	require.NoError(t, holder.SaveStep(ctx, rec))
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, run([]string{"serve", "--addr", "127.0.0.1:0", "--db", path}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "is open in process")
+
+	for _, args := range [][]string{
+		{"keys", "create", "--agent", "bot", "--db", path},
+		{"keys", "list", "--db", path},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		require.Equal(t, 0, run(args, &stdout, &stderr), "%v: %s", args, stderr.String())
+	}
+	require.Contains(t, stdout.String(), "bot")
+	// migrate reads the source whole: it is refused while a guardian holds it.
+	require.Equal(t, 1, runMigrate([]string{"--from", path, "--to", "postgres://127.0.0.1:1/none"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "is open in process")
+
+	n, err := holder.StoreOutbox(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	entries, err := holder.ListAudit(ctx, record.AuditQuery{Type: record.AuditKeyCreated})
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Greater(t, entries[0].Seq, rec.Seq)
 }

@@ -46,6 +46,9 @@ func prepareAudit(e *record.AuditEntry, at time.Time) (*auditArgs, error) {
 // and Seq, and returns the event. The payload carries the entry's own seq, so the event is
 // written first and its payload filled in once the entry is complete.
 func (db *DB) appendAuditTx(tx *sql.Tx, a *auditArgs) (record.Event, error) {
+	if db.beside {
+		return record.Event{}, queueAuditTx(tx, &a.entry)
+	}
 	e := &a.entry
 	seq, err := db.NextSeqTx(tx, record.EventAudit, e.SessionID, e.At, nil)
 	if err != nil {

@@ -50,6 +50,13 @@ type Options struct {
 	// IngestDelay is the longest a saved step waits in the step journal before it is copied
 	// into the tables, unless a query or another write needs it sooner (default 100ms).
 	IngestDelay time.Duration
+	// Beside lets Open succeed when another process holds the database (a running
+	// guardian): the DB then reads, and makes the writes of the keys and users commands,
+	// beside the holder without touching its step journal or taking seqs from it; the
+	// audit entries of those writes wait in audit_outbox until the holder stores them
+	// (within outboxInterval). Steps cannot be saved through such a DB. Without Beside, Open
+	// refuses a database another process holds (ErrInUse).
+	Beside bool
 }
 
 func (o Options) withDefaults() Options {
@@ -145,6 +152,11 @@ type DB struct {
 	// journalBytes is the size of both journal files, for IngestStats.
 	journalBytes atomic.Int64
 
+	// lock excludes other processes from opening the database the same way (nil beside
+	// a holder); beside is set when the DB was opened beside another process's (Beside).
+	lock   *fileLock
+	beside bool
+
 	// fileInfo is the database file as opened; watchFile compares the path with it and
 	// sets fileLost when the file was deleted or replaced. stopWatch ends watchFile.
 	fileInfo  os.FileInfo
@@ -215,14 +227,26 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 			db.closeConns()
 		}
 	}()
-	if err := checkMissing(abs); err != nil {
+	if err := checkDatabaseFile(abs); err != nil {
 		return nil, err
 	}
-	if err := createFile(ctx, abs); err != nil {
-		return nil, err
+	if db.lock, err = lockDatabase(abs); err != nil {
+		if !errors.Is(err, ErrInUse) || !opts.Beside {
+			return nil, err
+		}
+		db.beside = true
+		db.opts.ManualIndex = true // the holder indexes
 	}
-	if err := tightenModes(abs); err != nil {
-		return nil, err
+	if !db.beside {
+		if err := checkMissing(abs); err != nil {
+			return nil, err
+		}
+		if err := createFile(ctx, abs); err != nil {
+			return nil, err
+		}
+		if err := tightenModes(abs); err != nil {
+			return nil, err
+		}
 	}
 	if db.fileInfo, err = os.Stat(abs); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
@@ -232,18 +256,28 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	if db.w, err = openPool(ctx, abs, roleWriter, 1, opts.BusyTimeout); err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, db.w, migrationFiles); err != nil {
+	if db.beside {
+		// The holder migrated the database; a different schema is a different version of
+		// Vigil, whose tables this one must not write.
+		if err := sameSchema(ctx, db.w, migrationFiles); err != nil {
+			return nil, fmt.Errorf("storage: %s: %w", abs, err)
+		}
+	} else if err := migrate(ctx, db.w, migrationFiles); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", abs, err)
 	}
 	if err := db.stmts.prepare(ctx, db.w); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", abs, err)
 	}
-	recs, err := db.openJournal()
-	if err != nil {
-		return nil, err
-	}
-	if err := db.replayJournal(ctx, recs); err != nil {
-		return nil, fmt.Errorf("storage: %s: replay step journal: %w", abs, err)
+	if !db.beside {
+		// Beside a holder, the journal is the holder's: replaying it here would store its
+		// steps twice and empty it under the holder's feet.
+		recs, err := db.openJournal()
+		if err != nil {
+			return nil, err
+		}
+		if err := db.replayJournal(ctx, recs); err != nil {
+			return nil, fmt.Errorf("storage: %s: replay step journal: %w", abs, err)
+		}
 	}
 	if db.ckpt, err = openPool(ctx, abs, roleCheckpointer, 1, opts.BusyTimeout); err != nil {
 		return nil, err
@@ -258,6 +292,10 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	db.stopWatch, db.watchDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(db.watchDone)
+		if db.beside {
+			return // the holder watches the file and rescues it
+		}
+		go db.drainOutbox(db.stopWatch)
 		db.watchFile(db.stopWatch, watchInterval)
 	}()
 	go db.writer()
@@ -427,7 +465,9 @@ func (db *DB) Close() error {
 
 		var errs []error
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
-		db.rescue(rctx)
+		if !db.beside {
+			db.rescue(rctx)
+		}
 		rcancel()
 		// Readers first: an open read snapshot would keep the checkpoint from truncating.
 		if err := db.r.Close(); err != nil {
@@ -435,7 +475,9 @@ func (db *DB) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), db.opts.BusyTimeout)
 		var busy, walFrames, copied int
-		if err := db.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").
+		if db.beside {
+			// The holder checkpoints its WAL; a TRUNCATE here would only wait for it.
+		} else if err := db.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").
 			Scan(&busy, &walFrames, &copied); err != nil {
 			errs = append(errs, fmt.Errorf("storage: checkpoint: %w", err))
 		} else if busy != 0 {
@@ -470,6 +512,10 @@ func (db *DB) closeConns() error {
 		if err := p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("storage: close: %w", err))
 		}
+	}
+	// Last: the next opener may replay the journal only once this one is done with it.
+	if err := db.lock.release(); err != nil {
+		errs = append(errs, fmt.Errorf("storage: release lock: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -90,6 +90,29 @@ func migrate(ctx context.Context, db *sql.DB, fsys fs.FS) error {
 	return nil
 }
 
+// sameSchema refuses a database whose schema is not exactly the newest in fsys: beside a
+// running guardian, which migrated it, only the same version of Vigil may write to it.
+func sameSchema(ctx context.Context, db *sql.DB, fsys fs.FS) error {
+	ms, err := loadMigrations(fsys)
+	if err != nil {
+		return err
+	}
+	var current int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		return fmt.Errorf("read user_version: %w", err)
+	}
+	switch {
+	case current > len(ms):
+		return fmt.Errorf("%w: database is at schema version %d, this version knows up to %d",
+			ErrSchemaTooNew, current, len(ms))
+	case current < len(ms):
+		return fmt.Errorf("database is at schema version %d and this version of vigil needs %d: "+
+			"the guardian holding it is an older version; run this command with that version, or stop the guardian first",
+			current, len(ms))
+	}
+	return nil
+}
+
 func applyMigration(ctx context.Context, conn *sql.Conn, m migration) (err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {

@@ -80,6 +80,9 @@ type stepArgs struct {
 // Request or Response that is not valid JSON is stored as a JSON string holding its bytes,
 // so nothing is lost and every read stays valid JSON.
 func (db *DB) SaveStep(ctx context.Context, rec *record.StepRecord) error {
+	if db.beside {
+		return errBesideSteps
+	}
 	if err := rec.CheckNew(); err != nil {
 		return err
 	}

@@ -563,6 +563,9 @@ func (db *DB) forget(steps []pendingStep) {
 }
 
 func (db *DB) resetJournal(j *journal) {
+	if j == nil {
+		return // opened beside a holder: the journal is the holder's (Options.Beside)
+	}
 	if err := j.reset(); err != nil {
 		// Harmless: the next start skips records whose seq is already stored.
 		db.log.Warn("storage: step journal not emptied", "err", err)
