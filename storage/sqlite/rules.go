@@ -222,8 +222,9 @@ type ruleAudit struct {
 }
 
 // AuditRulePrefix starts the audit type of every rule change: "rule.create", "rule.update",
-// "rule.delete", "rule.enable", "rule.disable", "rule.restore", "rule.import",
-// "rule.reload" (a rules file read at start or on SIGHUP) and "rule.revert".
+// "rule.delete", "rule.enable", "rule.disable", "rule.restore", "rule.import" (a rule an
+// import or the rules file, read at start, on SIGHUP or by POST /api/rules/reload, created
+// or changed) and "rule.revert". "reload" is only a batch's live event op, never an audit type.
 const AuditRulePrefix = "rule."
 
 // ruleAuditTx writes the audit entry of one rule change inside its transaction: who, the
