@@ -220,7 +220,7 @@ describe('audit note', () => {
     expect(auditNote({ type: 'hold.modified', diff: patch })).toBe('params edited');
     expect(auditNote({ type: 'hold.modified', diff: patch, note: 'capped' })).toBe('capped');
     // A rule change's diff is the rule's, not a step's params.
-    for (const type of ['rule.import', 'rule.update', 'rule.create', 'rule.reload']) expect(auditNote({ type, diff: [{ op: 'add', path: '/x', value: 1 }] })).toBe('');
+    for (const type of ['rule.import', 'rule.update', 'rule.create', 'rule.revert']) expect(auditNote({ type, diff: [{ op: 'add', path: '/x', value: 1 }] })).toBe('');
     // A plain approval's diff is the rules' own modifications.
     expect(auditNote({ type: 'hold.approved', diff: patch })).toBe("rules' modifications applied");
     expect(auditNote({ type: 'hold.modified', diff: [] })).toBe('');
