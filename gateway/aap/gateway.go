@@ -48,6 +48,11 @@ type Options struct {
 	// MaxRounds bounds the upstream turns the gateway chains into one client turn by
 	// answering tool permissions itself (default 32).
 	MaxRounds int
+	// MaxOptions and MaxOptionBytes bound a session's agent options as the gateway keeps
+	// them (default 64 names, 16 KiB of names and recorded values): every step of the
+	// session carries them, and AAP merges each turn's options into the session's.
+	MaxOptions     int
+	MaxOptionBytes int
 	// MayWithhold reports whether an enforced rule could deny, hold or modify an agent's
 	// message; in delta mode an assistant message is buffered only then. nil: always
 	// buffer (fail closed).
@@ -124,6 +129,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.MaxRounds <= 0 {
 		opts.MaxRounds = 32
+	}
+	if opts.MaxOptions <= 0 {
+		opts.MaxOptions = 64
+	}
+	if opts.MaxOptionBytes <= 0 {
+		opts.MaxOptionBytes = 16 << 10
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

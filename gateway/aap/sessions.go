@@ -30,7 +30,7 @@ type session struct {
 
 	// Guarded by lock.
 	agent       agentInfo
-	options     map[string]string // masked
+	options     map[string]string // masked, bounded by mergeOptions
 	clientTools map[string]bool
 	// pending are tool permissions and denial messages the gateway owes the upstream; they
 	// go up with the client's next turn (which carries the results of the client tools
@@ -52,7 +52,9 @@ func (s *session) acquire(ctx context.Context) error {
 
 func (s *session) release() { <-s.lock }
 
-func (s *session) applyAgent(a *agentConfig) {
+// applyAgent takes a request's agent config; options are the session's options with the
+// request's merged in (mergeOptions).
+func (s *session) applyAgent(a *agentConfig, options map[string]string) {
 	if a == nil {
 		return
 	}
@@ -66,15 +68,41 @@ func (s *session) applyAgent(a *agentConfig) {
 		s.mu.Unlock()
 	}
 	if a.options != nil {
-		merged := make(map[string]string, len(s.options)+len(a.options))
-		for k, v := range s.options {
-			merged[k] = v
-		}
-		for k, v := range maskOptions(s.agent, a.options) {
-			merged[k] = v
-		}
-		s.options = merged
+		s.options = options
 	}
+}
+
+// mergeOptions returns a session's options (old) with a request's (a's, masked) merged in
+// by key, as AAP has the upstream do it ("Options merged by key"): a turn's options add to
+// the session's, so names set by earlier turns stay. What the gateway keeps is bounded,
+// since every step of the session carries it: at most MaxOptions names and MaxOptionBytes
+// of names and recorded values (a masked value counts as its "***"). An error names the
+// bound; the request is refused before the upstream sees it, so the upstream's options
+// and the recorded ones stay the same.
+func (g *Gateway) mergeOptions(ai agentInfo, old map[string]string, a *agentConfig, field string) (map[string]string, error) {
+	if a == nil || a.options == nil {
+		return old, nil
+	}
+	merged := make(map[string]string, len(old)+len(a.options))
+	for k, v := range old {
+		merged[k] = v
+	}
+	for k, v := range maskOptions(ai, a.options) {
+		merged[k] = v
+	}
+	if len(merged) > g.opts.MaxOptions {
+		return nil, fmt.Errorf("%s.options: a session has at most %d options (a turn's options are merged into the session's by key), got %d",
+			field, g.opts.MaxOptions, len(merged))
+	}
+	size := 0
+	for k, v := range merged {
+		size += len(k) + len(v)
+	}
+	if size > g.opts.MaxOptionBytes {
+		return nil, fmt.Errorf("%s.options: a session's option names and recorded values are at most %d bytes (a turn's options are merged into the session's by key), got %d",
+			field, g.opts.MaxOptionBytes, size)
+	}
+	return merged, nil
 }
 
 func (s *session) applyClientTools(names []string, has bool) {
@@ -188,6 +216,11 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 	req.set("agent", agent.obj.bytes())
 
 	ai := g.agent(r.Context(), r, agent.name)
+	options, err := g.mergeOptions(ai, nil, agent, "agent")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	resp, err := g.upstreamRequest(r.Context(), r, http.MethodPost, "/sessions", "", req.bytes())
 	if err != nil {
 		g.unreachable(w, err)
@@ -211,7 +244,7 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := g.newSession(created.SessionID, ai)
-	s.applyAgent(agent)
+	s.applyAgent(agent, options)
 	s.applyClientTools(toolNames, req.has("tools"))
 
 	st := &stepper{sessionID: s.vigilID, upstream: g.opts.Name, agent: g.aosAgent(ai, s.options), turnID: "seed"}
@@ -402,7 +435,12 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request, id string) (*se
 		return nil, &errUpstream{fmt.Errorf("session id of %d bytes is too long", len(id))}
 	}
 	s := g.newSession(id, g.agent(r.Context(), r, agent.name))
-	s.applyAgent(agent)
+	options, err := g.mergeOptions(s.agent, nil, agent, "agent")
+	if err != nil {
+		// The upstream's own record of the session is more than the gateway keeps.
+		return nil, &errUpstream{fmt.Errorf("GET /sessions/%s: %w", id, err)}
+	}
+	s.applyAgent(agent, options)
 	untrusted := make(map[string]bool, len(agent.tools))
 	for _, t := range agent.tools {
 		// A tool the upstream trusts would run without asking; the next turn tells it

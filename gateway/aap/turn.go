@@ -3,6 +3,7 @@ package aap
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,8 +108,11 @@ type turn struct {
 
 	// started: the SSE answer's headers are sent; sentStart: its turn_start is.
 	started, sentStart bool
-	// msgs are the agent's messages of a none-mode answer, gathered over the rounds.
-	msgs []json.RawMessage
+	// msgs are the agent's messages of a none-mode answer, gathered over the rounds, and
+	// msgsBytes their size: the client gets them all at once when the turn ends, so up to
+	// MaxRounds upstream answers would pile up here; together they are bounded like one.
+	msgs      []json.RawMessage
+	msgsBytes int64
 }
 
 // round is what one upstream turn left to do.
@@ -117,19 +121,30 @@ type round struct {
 	// owed are the permissions and denials the upstream waits for, by tool call id.
 	owed    []json.RawMessage
 	owedIDs []string
+	// owedBytes is what owed holds, at most limit (MaxUpstreamBytes): the upstream decides
+	// how many tool calls a round makes, and what is owed for them is held until the next
+	// upstream turn, between client turns in the session.
+	owedBytes, limit int64
 	// clientCalls counts tool calls passed to the client, which answers them.
 	clientCalls int
 }
 
-func (rd *round) owe(id string, msg json.RawMessage) {
+func (rd *round) owe(id string, msg json.RawMessage) error {
+	n := int64(len(id) + len(msg))
+	if rd.owedBytes+n > rd.limit {
+		return fmt.Errorf("the answers owed for the upstream's tool calls exceed %d bytes", rd.limit)
+	}
 	rd.owed = append(rd.owed, msg)
 	rd.owedIDs = append(rd.owedIDs, id)
+	rd.owedBytes += n
+	return nil
 }
 
 // ran drops what is owed for a call the upstream ran without waiting for permission.
 func (rd *round) ran(id string) {
 	for i, x := range rd.owedIDs {
 		if x == id {
+			rd.owedBytes -= int64(len(x) + len(rd.owed[i]))
 			rd.owed = append(rd.owed[:i], rd.owed[i+1:]...)
 			rd.owedIDs = append(rd.owedIDs[:i], rd.owedIDs[i+1:]...)
 			return
@@ -174,7 +189,12 @@ func (g *Gateway) handleTurn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release()
-	s.applyAgent(tr.agent)
+	options, err := g.mergeOptions(s.agent, s.options, tr.agent, "agent")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.applyAgent(tr.agent, options)
 	s.applyClientTools(tr.tools, tr.hasTools)
 	now := g.opts.Now()
 	rc := http.NewResponseController(w)
@@ -308,6 +328,7 @@ func (t *turn) finish(stop string) {
 func (t *turn) refuse(msg string) {
 	switch t.mode {
 	case modeNone:
+		// The guardian's message, not the upstream's: it is not charged to keep's bound.
 		t.msgs = append(t.msgs, mustJSON(map[string]any{"role": "assistant",
 			"content": []map[string]string{{"type": "text", "text": msg}}}))
 	case modeDelta:
@@ -447,7 +468,7 @@ func (t *turn) run(tr *turnRequest) {
 			// The upstream took what the gateway owed it.
 			s.pending, s.retrust = nil, false
 		}
-		var rd round
+		rd := round{limit: t.g.opts.MaxUpstreamBytes}
 		if t.mode == modeNone {
 			err = t.roundJSON(resp, &rd)
 		} else {
@@ -511,15 +532,12 @@ func (t *turn) toolCall(tc toolCall, rd *round) (json.RawMessage, error) {
 	if server {
 		switch v.Decision {
 		case allow:
-			rd.owe(tc.ID, permission(tc.ID, true, ""))
-			return tc.Input, nil
+			return tc.Input, rd.owe(tc.ID, permission(tc.ID, true, ""))
 		case modify:
 			// A permission grants or refuses; it cannot change the input the server uses.
-			rd.owe(tc.ID, permission(tc.ID, false, "Vigil would change this call's input, which it cannot do for a server tool. "+verdictMessage(v)))
-			return nil, nil
+			return nil, rd.owe(tc.ID, permission(tc.ID, false, "Vigil would change this call's input, which it cannot do for a server tool. "+verdictMessage(v)))
 		default:
-			rd.owe(tc.ID, permission(tc.ID, false, verdictMessage(v)))
-			return nil, nil
+			return nil, rd.owe(tc.ID, permission(tc.ID, false, verdictMessage(v)))
 		}
 	}
 	switch v.Decision {
@@ -534,8 +552,7 @@ func (t *turn) toolCall(tc toolCall, rd *round) (json.RawMessage, error) {
 		rd.clientCalls++
 		return in, nil
 	default:
-		rd.owe(tc.ID, denial(tc.ID, verdictMessage(v)))
-		return nil, nil
+		return nil, rd.owe(tc.ID, denial(tc.ID, verdictMessage(v)))
 	}
 }
 
@@ -606,6 +623,11 @@ func (t *turn) roundJSON(resp *http.Response, rd *round) error {
 		return fmt.Errorf("upstream turn answer: %w", err)
 	}
 	for i, e := range elems {
+		// A message that cannot fit is not decided: its step would record as shown a
+		// message the client never gets.
+		if err := t.room(len(e)); err != nil {
+			return err
+		}
 		m, err := parseMessage(e, fmt.Sprintf("messages[%d]", i), "assistant", "tool")
 		if err != nil {
 			return fmt.Errorf("upstream turn answer: %w", err)
@@ -616,7 +638,9 @@ func (t *turn) roundJSON(resp *http.Response, rd *round) error {
 				return err
 			}
 			rd.ran(m.toolCallID)
-			t.msgs = append(t.msgs, m.withContent(c).obj.bytes())
+			if err := t.keep(m.withContent(c).obj.bytes()); err != nil {
+				return err
+			}
 			continue
 		}
 		c := m.content
@@ -659,8 +683,30 @@ func (t *turn) roundJSON(resp *http.Response, rd *round) error {
 			}
 			c = content{blocks: kept}
 		}
-		t.msgs = append(t.msgs, m.withContent(c).obj.bytes())
+		if err := t.keep(m.withContent(c).obj.bytes()); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// room fails when n more bytes would take the none-mode messages of the turn past
+// MaxUpstreamBytes.
+func (t *turn) room(n int) error {
+	if t.msgsBytes+int64(n) > t.g.opts.MaxUpstreamBytes {
+		return fmt.Errorf("the turn's messages exceed %d bytes", t.g.opts.MaxUpstreamBytes)
+	}
+	return nil
+}
+
+// keep adds a decided message to the none-mode answer. It is checked again as it will be
+// sent: re-encoding (a redaction, escaped characters) can make it longer than it came.
+func (t *turn) keep(m json.RawMessage) error {
+	if err := t.room(len(m)); err != nil {
+		return err
+	}
+	t.msgs = append(t.msgs, m)
+	t.msgsBytes += int64(len(m))
 	return nil
 }
 
@@ -675,7 +721,34 @@ type textBuffer struct {
 	active    bool
 	buffering bool
 	text      strings.Builder
-	held      [][]byte // the deltas' data, replayed as they came when the text passes unchanged
+	held      heldDeltas // the deltas' data, replayed as they came when the text passes unchanged
+}
+
+// heldDeltas are the data of the text deltas held back for a decision, each behind its
+// length in one buffer. The buffer's length is what the upstream makes the gateway hold,
+// so it is what the bound is charged: an empty delta adds nothing to the text, but costs
+// its data and a length here, not a slice header and an allocation the bound cannot see.
+type heldDeltas struct{ buf []byte }
+
+// cost is what holding d adds to the buffer's length.
+func (h *heldDeltas) cost(d []byte) int {
+	var n [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(n[:], uint64(len(d))) + len(d)
+}
+
+func (h *heldDeltas) add(d []byte) {
+	h.buf = binary.AppendUvarint(h.buf, uint64(len(d)))
+	h.buf = append(h.buf, d...)
+}
+
+// each calls f with every delta's data, in the order they came.
+func (h *heldDeltas) each(f func(d []byte)) {
+	for b := h.buf; len(b) > 0; {
+		n, k := binary.Uvarint(b)
+		d := b[k : k+int(n)]
+		b = b[k+int(n):]
+		f(d)
+	}
 }
 
 // roundSSE relays one upstream stream, deciding each message and tool call as it ends.
@@ -769,16 +842,7 @@ func (t *turn) relay(ev sseEvent, tb *textBuffer, rd *round) (stop bool, err err
 			tb.active = true
 			tb.buffering = t.g.opts.MayWithhold == nil || t.g.opts.MayWithhold()
 		}
-		tb.text.WriteString(d.Delta)
-		if tb.buffering && int64(tb.text.Len()) > t.g.opts.MaxUpstreamBytes {
-			// Nothing of it was shown; it cannot be decided whole, so it is not shown at all.
-			return false, fmt.Errorf("assistant message exceeds %d bytes while buffered for a decision", t.g.opts.MaxUpstreamBytes)
-		}
-		if tb.buffering {
-			tb.held = append(tb.held, ev.data)
-		} else {
-			t.event(ev.name, ev.data)
-		}
+		return false, t.textDelta(ev, d.Delta, tb)
 	case "text":
 		o, err := parseObject(ev.data, "text")
 		if err != nil {
@@ -843,6 +907,36 @@ func (t *turn) relay(ev sseEvent, tb *textBuffer, rd *round) (stop bool, err err
 	return false, nil
 }
 
+// textDelta takes one text delta of an assistant message: held back with the rest of it
+// for a decision when buffering, else shown at once.
+func (t *turn) textDelta(ev sseEvent, delta string, tb *textBuffer) error {
+	limit := t.g.opts.MaxUpstreamBytes
+	if tb.buffering {
+		// Both the joined text and the deltas as they came are held, and either may outgrow
+		// the other (empty deltas add to the deltas only; an invalid byte decodes to three
+		// of text).
+		if int64(tb.text.Len()+len(delta)) > limit || int64(len(tb.held.buf)+tb.held.cost(ev.data)) > limit {
+			// Nothing of it was shown; it cannot be decided whole, so it is not shown at all.
+			return fmt.Errorf("assistant message exceeds %d bytes while buffered for a decision", limit)
+		}
+		tb.text.WriteString(delta)
+		tb.held.add(ev.data)
+		return nil
+	}
+	// Not buffered, the text is still kept whole to be recorded when the message ends, so it
+	// is bounded as if buffered: past the bound the turn fails the same way, once what the
+	// client was shown is recorded, so the record holds exactly what the client saw.
+	if int64(tb.text.Len()+len(delta)) > limit {
+		if err := t.flushText(tb); err != nil {
+			return err
+		}
+		return fmt.Errorf("assistant message exceeds %d bytes while kept for its record", limit)
+	}
+	tb.text.WriteString(delta)
+	t.event(ev.name, ev.data)
+	return nil
+}
+
 // flushText decides the assistant message the text deltas so far make up. Buffered, it is
 // sent now: as it came, redacted (one delta), or replaced by the guardian's message.
 // Streamed, it was sent already and is only recorded.
@@ -861,9 +955,7 @@ func (t *turn) flushText(tb *textBuffer) error {
 		return nil
 	}
 	if !changed {
-		for _, d := range held {
-			t.event("text_delta", d)
-		}
+		held.each(func(d []byte) { t.event("text_delta", d) })
 		return nil
 	}
 	t.event("text_delta", mustJSON(map[string]string{"delta": strings.Join(out, "")}))
