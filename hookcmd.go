@@ -18,7 +18,7 @@ import (
 )
 
 // defaultHookTimeout is the agent's timeout the installer writes: longer than the guardian's
-// default hold timeout (5m), so a hold's own onTimeout decides before the hook gives up.
+// default hold timeout (2m, --hold-timeout), so a hold's own onTimeout decides before the hook gives up.
 const defaultHookTimeout = 10 * time.Minute
 
 // hookConfig is the settings of `vigil hook` and `vigil hook install`.

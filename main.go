@@ -26,6 +26,7 @@ import (
 	"github.com/vigil-guardian/vigil/gateway/agentapi"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
+	"github.com/vigil-guardian/vigil/rules"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -100,6 +101,15 @@ type Config struct {
 	TracesContent  bool
 	Webhooks       []webhooks.Target
 	WebhookSecret  string
+	// webhookSpecs are the --webhook and VIGIL_WEBHOOK values as given; checkConfig parses
+	// them into Webhooks.
+	webhookSpecs []webhookSpec
+}
+
+// webhookSpec is one webhook value and whether its variable gave it.
+type webhookSpec struct {
+	value   string
+	fromEnv bool
 }
 
 func main() {
@@ -264,7 +274,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fset.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fset.Int64Var(&cfg.MaxBodyBytes, "max-body", 10<<20, "largest accepted /aos request body in bytes")
-	fset.DurationVar(&cfg.HoldTimeout, "hold-timeout", 5*time.Minute, "default time a held step waits for an operator")
+	fset.DurationVar(&cfg.HoldTimeout, "hold-timeout", rules.DefaultHoldTimeout, "how long a held step waits for an operator when its rule names no timeout (and a paused session's steps)")
 	fset.IntVar(&cfg.MaxHolds, "max-holds", 1000, "most holds pending at once; further holds fail closed")
 	cfg.MaxHoldBytes = 256 << 20
 	fset.Var((*byteSize)(&cfg.MaxHoldBytes), "max-hold-bytes", "most bytes of held requests pending at once (e.g. 256MiB); further holds fail closed")
@@ -328,13 +338,13 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "also serve GET /metrics here, without authentication, for scrapers (e.g. 127.0.0.1:9464); /metrics on -addr needs a console session")
 	fset.BoolVar(&cfg.Traces, "otel-traces", false, "export traces over OTLP (also on when OTEL_EXPORTER_OTLP_ENDPOINT is set or OTEL_TRACES_EXPORTER=otlp)")
 	fset.BoolVar(&cfg.TracesContent, "otel-content", false, "put step content (requests, tool arguments, answers) into exported spans")
+	// The values are only collected here: an error returned to the flag package would be
+	// printed with the whole usage, and a variable's message would echo the URL, whose path
+	// is often the secret. checkConfig parses them and reports one line.
+	argsParsed := false
 	fset.Func("webhook", "POST holds and denials to this URL (repeatable); options after #: events=hold.created,hold.resolved,step.denied|deny|all, format=json|slack, name=NAME", func(v string) error {
 		for _, spec := range strings.Fields(v) {
-			t, err := webhooks.ParseTarget(spec)
-			if err != nil {
-				return err
-			}
-			cfg.Webhooks = append(cfg.Webhooks, t)
+			cfg.webhookSpecs = append(cfg.webhookSpecs, webhookSpec{value: spec, fromEnv: !argsParsed})
 		}
 		return nil
 	})
@@ -353,6 +363,7 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 		}
 	})
 	cfg.AAP.fromEnv = true
+	argsParsed = true
 	// -h is answered before a bad variable is reported: help, and the completion scripts
 	// that read it, work whatever the environment holds.
 	if err := fset.Parse(args); err != nil {
@@ -414,6 +425,19 @@ func checkConfig(cfg *Config, src flagSource) error {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return errors.New("-tls-cert and -tls-key go together")
 	}
+	for _, spec := range cfg.webhookSpecs {
+		t, err := webhooks.ParseTarget(spec.value)
+		if err != nil {
+			// Named as given: the variable and the flag both add targets.
+			name := "-webhook"
+			if spec.fromEnv {
+				name = envKey("webhook")
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cfg.Webhooks = append(cfg.Webhooks, t)
+	}
+	cfg.webhookSpecs = nil
 	// A flag that only tunes another must not be set alone: the operator meant something
 	// (a burst limit, signed deliveries) that would silently not happen.
 	companions := []struct {
@@ -446,7 +470,7 @@ func checkConfig(cfg *Config, src flagSource) error {
 		{"log-level", levelOK, "be debug, info, warn or error", q(cfg.LogLevel)},
 		{"log-format", cfg.LogFormat == "text" || cfg.LogFormat == "json", "be text or json", q(cfg.LogFormat)},
 		{"max-body", cfg.MaxBodyBytes >= 1, "be at least 1 (bytes)", fmt.Sprint(cfg.MaxBodyBytes)},
-		{"hold-timeout", cfg.HoldTimeout > 0, "be positive (e.g. 5m)", cfg.HoldTimeout.String()},
+		{"hold-timeout", cfg.HoldTimeout > 0, "be positive (e.g. 2m)", cfg.HoldTimeout.String()},
 		{"max-holds", cfg.MaxHolds >= 1, "be at least 1", fmt.Sprint(cfg.MaxHolds)},
 		{"max-hold-bytes", cfg.MaxHoldBytes >= 1, "be at least 1 byte (e.g. 256MiB)", fmt.Sprint(cfg.MaxHoldBytes)},
 		{"max-holds-per-agent", cfg.MaxHoldsPerAgent >= 0 && cfg.MaxHoldsPerAgent <= cfg.MaxHolds,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,8 +288,8 @@ func TestServeRefusesBadValues(t *testing.T) {
 		{"log format", []string{"--log-format", "xml"}, nil, `-log-format: must be text or json, got "xml"`},
 		{"zero body", []string{"--max-body", "0"}, nil, "-max-body: must be at least 1 (bytes), got 0"},
 		{"negative body", []string{"--max-body", "-1"}, nil, "-max-body: must be at least 1 (bytes), got -1"},
-		{"negative hold timeout", []string{"--hold-timeout", "-5s"}, nil, "-hold-timeout: must be positive (e.g. 5m), got -5s"},
-		{"zero hold timeout", []string{"--hold-timeout", "0"}, nil, "-hold-timeout: must be positive (e.g. 5m), got 0s"},
+		{"negative hold timeout", []string{"--hold-timeout", "-5s"}, nil, "-hold-timeout: must be positive (e.g. 2m), got -5s"},
+		{"zero hold timeout", []string{"--hold-timeout", "0"}, nil, "-hold-timeout: must be positive (e.g. 2m), got 0s"},
 		{"negative rate", []string{"--agent-rate", "-3"}, nil, "-agent-rate: must be a number of requests per second, 0 or more (0: unlimited), got -3"},
 		{"NaN rate", []string{"--agent-rate", "NaN"}, nil, "-agent-rate: must be"},
 		{"infinite rate", []string{"--agent-rate", "+Inf"}, nil, "-agent-rate: must be"},
@@ -327,6 +328,13 @@ func TestServeRefusesBadValues(t *testing.T) {
 		{"variable max holds", nil, map[string]string{"VIGIL_MAX_HOLDS": "-1"}, "VIGIL_MAX_HOLDS: must be at least 1, got -1"},
 		// A flag on the command line overrides its variable, and is named when it is bad.
 		{"flag over variable", []string{"--max-body", "-2"}, map[string]string{"VIGIL_MAX_BODY": "5"}, "-max-body: must be at least 1 (bytes), got -2"},
+		// Webhooks: the flag and the variable both add targets, so the one holding the bad
+		// value is named.
+		{"webhook", []string{"--webhook", "ftp://h.example/x"}, nil, `-webhook: webhook "ftp://h.example/…": want an absolute http(s) URL`},
+		{"webhook name", []string{"--webhook", "https://h.example/#name=%ff"}, nil, `-webhook: webhook "https://h.example": option name="\xff"`},
+		{"variable webhook", nil, map[string]string{"VIGIL_WEBHOOK": "https://ok.example/ https://h.example/#format=xml"}, `VIGIL_WEBHOOK: webhook "https://h.example": format must be json or slack`},
+		{"variable webhook beside a good flag", []string{"--webhook", "https://ok.example/"}, map[string]string{"VIGIL_WEBHOOK": "https://h.example/#colour=red"}, `VIGIL_WEBHOOK: webhook "https://h.example": unknown option "colour"`},
+		{"flag webhook beside a good variable", []string{"--webhook", "https://h.example/#colour=red"}, map[string]string{"VIGIL_WEBHOOK": "https://ok.example/"}, `-webhook: webhook "https://h.example": unknown option "colour"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,6 +353,44 @@ func TestServeRefusesBadValues(t *testing.T) {
 	require.Equal(t, 2, run([]string{"serve", "--max-holds", "-1"}, &out, &errOut), "stderr: %s", errOut.String())
 	require.Equal(t, "vigil serve: -max-holds: must be at least 1, got -1\n", errOut.String())
 	require.Empty(t, out.String())
+
+	// A bad webhook is one line too, without the usage, and without the URL's path (often
+	// the secret).
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"serve", "--webhook", "https://hooks.example/SECRET#events=nope"},
+			want: `vigil serve: -webhook: webhook "https://hooks.example/…": unknown event "nope" (want hold.created, hold.resolved, step.denied, deny or all)` + "\n"},
+		{args: []string{"serve"}, env: "https://hooks.example/SECRET#name=a%20b",
+			want: `vigil serve: VIGIL_WEBHOOK: webhook "https://hooks.example/…": option name="a b": want 1 to 64 of the letters A-Z and a-z, digits, '.', '_' and '-'` + "\n"},
+	} {
+		t.Run(strings.Join(tc.args, " ")+tc.env, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("VIGIL_WEBHOOK", tc.env)
+			}
+			var out, errOut bytes.Buffer
+			require.Equal(t, 2, run(tc.args, &out, &errOut), "stderr: %s", errOut.String())
+			require.Equal(t, tc.want, errOut.String())
+			require.NotContains(t, errOut.String(), "SECRET")
+			require.Empty(t, out.String())
+		})
+	}
+}
+
+// The webhook values of the flag and the variable both become targets, the variable's
+// first.
+func TestServeWebhookTargets(t *testing.T) {
+	t.Setenv("VIGIL_WEBHOOK", "https://a.example/x https://b.example/y#format=slack")
+	cfg, err := parseConfig("serve", []string{"--webhook", "https://c.example/z#name=ops", "--addr", ":0"}, io.Discard)
+	require.NoError(t, err)
+	var names []string
+	for _, w := range cfg.Webhooks {
+		names = append(names, w.Name)
+	}
+	require.Equal(t, []string{"a.example", "b.example", "ops"}, names)
+	require.Equal(t, "slack", cfg.Webhooks[1].Format)
 }
 
 // TestServeAcceptsDocumentedValues: 0 where a flag's help gives it a meaning, and log level
@@ -380,4 +426,98 @@ func TestServeHelpDespiteBadVariable(t *testing.T) {
 	require.Contains(t, serveFlags(), "--max-body")
 	_, err := parseConfig("serve", nil, io.Discard)
 	require.ErrorContains(t, err, `VIGIL_MAX_BODY="lots"`)
+}
+
+// syncBuffer is a log destination the server's goroutines and the test can share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeHoldTimeout: --hold-timeout is the wait of a hold whose rule names no timeout
+// (one default for every hold), 2m unless set.
+func TestServeHoldTimeout(t *testing.T) {
+	cfg, err := parseConfig("serve", nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, cfg.HoldTimeout)
+
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(`rules:
+  - id: review-transfers
+    when: tool == "transfer_funds"
+    action: hold
+`), 0o600))
+	cfg, err = parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "vigil.db"),
+		"--rules", rulesFile, "--hold-timeout", "7m"}, io.Discard)
+	require.NoError(t, err)
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+
+	answered := make(chan map[string]any, 1)
+	go func() { answered <- postStep(t, srv.URL, toolStep) }()
+	id := pendingHold(t, srv.URL)
+	var page struct {
+		Holds []struct {
+			ID                  string
+			RuleID              string `json:"ruleId"`
+			CreatedAt, Deadline time.Time
+		}
+	}
+	getJSON(t, srv.URL+"/api/holds?status=pending", &page)
+	require.Len(t, page.Holds, 1)
+	h := page.Holds[0]
+	require.Equal(t, id, h.ID)
+	require.Equal(t, "review-transfers", h.RuleID)
+	require.Equal(t, 7*time.Minute, h.Deadline.Sub(h.CreatedAt), "the flag's wait, not the rules' own default")
+
+	resp, err := http.Post(srv.URL+"/api/holds/"+id+"/deny", "application/json", strings.NewReader(`{"operator":"alice"}`))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "deny", (<-answered)["result"].(map[string]any)["decision"])
+}
+
+// TestServeLogsRuleErrors: a rule that fails at run time is logged by the guardian, once
+// for a burst of failing steps.
+func TestServeLogsRuleErrors(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(`rules:
+  - id: broken-compare
+    when: inputs.amount > "many"
+    action: deny
+    mode: monitor
+`), 0o600))
+	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "vigil.db"),
+		"--rules", rulesFile}, io.Discard)
+	require.NoError(t, err)
+	var logs syncBuffer
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+	for range 5 {
+		require.Equal(t, "allow", postStep(t, srv.URL, toolStep)["result"].(map[string]any)["decision"], "a monitor rule fails open")
+	}
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "rule evaluation failed") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 1, logs.String())
+	require.Contains(t, lines[0], "rule=broken-compare")
 }

@@ -197,6 +197,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		DefaultDecision: rules.Action(cfg.DefaultDecision),
 		OnErrorEnforce:  rules.Action(cfg.OnRuleError),
 		Budget:          budget,
+		// One default for every hold: the rules' holds without a timeout wait what the
+		// holds of a paused session wait (holds.Options.DefaultTimeout below).
+		HoldTimeout: cfg.HoldTimeout,
+		// Rule run-time errors are logged, at most a line per rule per minute; drafts and
+		// backtests compile without it (rulesapi's draftOptions).
+		Logger: log,
 	})
 	rs := rulesapi.New(rulesapi.Options{
 		Store:           db,

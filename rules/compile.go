@@ -41,14 +41,19 @@ type Options struct {
 	// MaxHistory caps the session steps helpers see, keeping the newest (1000). The
 	// guardian can use it as the number of earlier steps to load.
 	MaxHistory int
-	// Logger receives rule run-time errors (first one per rule, then every 1000th); nil
-	// logs nothing.
+	// Logger receives rule run-time errors: at most one line per rule per minute, which
+	// counts the errors held back since the last one (suppressed); nil logs nothing.
 	Logger *slog.Logger
 	// Budget is the time one rule may take on one step (DefaultBudget when 0; negative:
 	// no time limit). A rule past it, or past the work limits (MaxProduced,
 	// VMMemoryBudget), fails with "evaluation budget exceeded (…)" and the error policy
 	// decides for it.
 	Budget time.Duration
+	// HoldTimeout is how long a held step waits for an operator when its rule names no
+	// timeout, and when a failing rule's error policy holds (DefaultHoldTimeout when 0).
+	// The guardian sets it from --hold-timeout, which also bounds the holds of paused
+	// sessions: one default for every hold.
+	HoldTimeout time.Duration
 }
 
 // DefaultMaxHistory is Options.MaxHistory when unset.
@@ -77,6 +82,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Budget == 0 {
 		o.Budget = DefaultBudget
+	}
+	if o.HoldTimeout <= 0 {
+		o.HoldTimeout = DefaultHoldTimeout
 	}
 	return o
 }
@@ -164,6 +172,8 @@ type Program struct {
 	activeReads reads
 	// noMatch is the reasoning of a step no rule matched.
 	noMatch string
+	// panicLog paces the log lines of evaluations that panicked.
+	panicLog logLimiter
 }
 
 type compiledRule struct {
@@ -241,6 +251,9 @@ func compile(rules []Rule, opts Options, prev map[string]*ruleStats, counter *ev
 		seen[r.ID] = i
 		if cr == nil {
 			continue
+		}
+		if cr.hold.Timeout == 0 {
+			cr.hold.Timeout = Duration(p.opts.HoldTimeout)
 		}
 		if s := prev[r.ID]; s != nil {
 			cr.stats = s
@@ -379,7 +392,8 @@ func compileRule(r Rule, hopts []expr.Option, cache *regexCache) (*compiledRule,
 		}
 	}
 
-	cr.hold = HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny}
+	// A zero timeout is filled in by compile, from the options: the rule names none.
+	cr.hold = HoldSpec{OnTimeout: ActionDeny}
 	if h := r.Hold; h != nil {
 		if h.Timeout > 0 {
 			cr.hold.Timeout = h.Timeout

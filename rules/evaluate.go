@@ -62,7 +62,8 @@ type RuleStats struct {
 }
 
 // timingSample: one evaluation in timingSample is timed. Reading the clock around each of
-// a hundred rules costs more than some rules do; a sample gives the same average.
+// a hundred rules costs more than some rules do; a sample gives the same average, and
+// timingSample times the sampled durations estimates the total.
 const timingSample = 64
 
 // ruleStats are a rule's counters. Its evaluations are not counted one by one: every
@@ -81,10 +82,37 @@ type ruleStats struct {
 	// skipped counts evaluations that passed over the rule because it had expired.
 	skipped         atomic.Int64
 	matches, errors atomic.Int64
-	// timed evaluations and the nanoseconds they took.
+	// timed evaluations and the nanoseconds they took: running sums, so the total time
+	// derived from them only grows.
 	timed, nanos atomic.Int64
 	// lastError is the most recent run-time error, nil before the first.
 	lastError atomic.Pointer[lastError]
+	// errLog paces the log lines of the rule's run-time errors.
+	errLog logLimiter
+}
+
+// errorLogInterval is the least time between two log lines of one rule's run-time errors.
+// A rule can fail on every step; the counters and the step's matches record every error,
+// the log only needs to say that it keeps happening.
+const errorLogInterval = time.Minute
+
+// logLimiter lets one log line through per errorLogInterval and counts the ones it holds
+// back, for the next line to report.
+type logLimiter struct {
+	// next is the Unix time in nanoseconds before which lines are held back.
+	next       atomic.Int64
+	suppressed atomic.Int64
+}
+
+// allow reports whether a line may be logged at now, and how many were held back since the
+// last one that was.
+func (l *logLimiter) allow(now time.Time) (ok bool, suppressed int64) {
+	next := l.next.Load()
+	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.Add(errorLogInterval).UnixNano()) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
 }
 
 // lastError is a rule's most recent run-time error and the evaluation time it happened at.
@@ -128,9 +156,12 @@ func (s *ruleStats) snapshot() RuleStats {
 		out.LastError, out.LastErrorAt = le.text, &at
 	}
 	if t := s.timed.Load(); t > 0 {
-		avg := float64(s.nanos.Load()) / float64(t) / 1000
-		out.AvgMicros = avg
-		out.TotalMicros = int64(avg * float64(out.Evaluations))
+		nanos := float64(s.nanos.Load())
+		out.AvgMicros = nanos / float64(t) / 1000
+		// Each timed evaluation stands for timingSample of them. The total is a running
+		// sum, never avg × evaluations: that product falls whenever a cheap evaluation
+		// lowers the average, and the metric built from it is a counter.
+		out.TotalMicros = int64(nanos * timingSample / 1000)
 	}
 	return out
 }
@@ -173,7 +204,9 @@ func (p *Program) evaluate(ctx context.Context, env *Env) (v Verdict, cerr error
 		// itself, which must not pass a step either.
 		if r := recover(); r != nil {
 			if p.opts.Logger != nil {
-				p.opts.Logger.Error("rules evaluation panicked", "panic", r)
+				if ok, suppressed := p.panicLog.allow(p.opts.Now()); ok {
+					p.opts.Logger.Error("rules evaluation panicked", "panic", r, "suppressed", suppressed)
+				}
 			}
 			v = Verdict{Action: p.opts.OnErrorEnforce, Message: "the rules could not be evaluated",
 				Reasoning: fmt.Sprintf("internal error: %v", r)}
@@ -236,9 +269,11 @@ func (p *Program) evaluate(ctx context.Context, env *Env) (v Verdict, cerr error
 				// not override a default deny.
 				h.decides = h.action != ActionAllow
 				hits = append(hits, h)
-				if p.opts.Logger != nil && (n == 1 || n%1000 == 0) {
-					p.opts.Logger.Warn("rule evaluation failed", "rule", r.ID, "mode", r.mode,
-						"policy", h.action, "errors", n, "error", err)
+				if p.opts.Logger != nil {
+					if ok, suppressed := r.stats.errLog.allow(p.opts.Now()); ok {
+						p.opts.Logger.Warn("rule evaluation failed", "rule", r.ID, "mode", r.mode,
+							"policy", h.action, "errors", n, "suppressed", suppressed, "error", errorText(err))
+					}
 				}
 			case matched:
 				r.stats.matches.Add(1)
@@ -362,7 +397,7 @@ func (p *Program) combine(e *Env, m *vm.VM, hits []hit) Verdict {
 	v.Reasoning = reasoning(v, decider, hits)
 
 	if decider != nil && v.Action == ActionHold {
-		hs := HoldSpec{Timeout: Duration(DefaultHoldTimeout), OnTimeout: ActionDeny}
+		hs := HoldSpec{Timeout: Duration(p.opts.HoldTimeout), OnTimeout: ActionDeny}
 		if decider.err == nil {
 			hs = decider.r.hold
 		}

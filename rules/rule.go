@@ -374,7 +374,8 @@ func (r *Rule) Expired(now time.Time) bool {
 	return r.ExpiresAt != nil && !now.Before(*r.ExpiresAt)
 }
 
-// DefaultHoldTimeout is used for hold rules without a hold spec or with a zero timeout.
+// DefaultHoldTimeout is Options.HoldTimeout when unset: how long a hold rule without a
+// hold spec, or with a zero timeout, waits.
 const DefaultHoldTimeout = 2 * time.Minute
 
 // HoldSpec says how long a held step waits for an operator and what happens then.

@@ -98,7 +98,7 @@ func TestKeysCLI(t *testing.T) {
 		{"create", "--bogus"},
 	} {
 		r := runCLI(t, dbPath, "", true, bad...)
-		require.Equal(t, 2, r.code, bad)
+		require.Equal(t, 2, r.code, "%v: %s", bad, r.stderr)
 	}
 	r = runCLI(t, dbPath, "", true, "revoke", "key_nope")
 	require.Equal(t, 1, r.code)
@@ -166,6 +166,8 @@ func TestUsersCLI(t *testing.T) {
 	require.Contains(t, r.stderr, "No operator accounts")
 }
 
+// openSQLite opens the database as the vigil binary's commands do (beside a running
+// guardian when one holds it).
 func openSQLite(ctx context.Context, path string, log *slog.Logger) (ClosableStore, error) {
-	return sqlite.Open(ctx, path, sqlite.Options{Logger: log, Readers: 1})
+	return sqlite.Open(ctx, path, sqlite.Options{Logger: log, Readers: 1, Beside: true})
 }

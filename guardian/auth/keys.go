@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -294,7 +293,7 @@ func (a *Auth) AgentMiddleware(next http.Handler) http.Handler {
 		r, refusal := a.admitAgent(r, bearer(r), "aos", errKeyMissing)
 		if refusal != nil {
 			if refusal.retry > 0 {
-				writeRateLimited(w, refusal.retry, a.cfg.AgentRate)
+				writeRateLimited(w, refusal.bucket, refusal.retry, a.cfg.AgentRate)
 				return
 			}
 			if refusal.status == http.StatusUnauthorized {
@@ -344,10 +343,9 @@ func (a *Auth) GatewayMiddleware(refuse GatewayRefusal) func(http.Handler) http.
 			r, refusal := a.admitAgent(r, tok, "gateway", errGatewayKeyMissing)
 			if refusal != nil {
 				if refusal.retry > 0 {
-					ms := max(int64(math.Ceil(float64(refusal.retry)/float64(time.Millisecond))), 1)
+					msg, ms := rateLimitedMessage(refusal.bucket, a.cfg.AgentRate, refusal.retry)
 					w.Header().Set("Retry-After", strconv.FormatInt(max((ms+999)/1000, 1), 10))
-					refuse(w, http.StatusTooManyRequests, fmt.Sprintf("rate limited: more than %s requests per second for this agent; retry in %d ms",
-						strconv.FormatFloat(a.cfg.AgentRate, 'f', -1, 64), ms), refusal.retry)
+					refuse(w, http.StatusTooManyRequests, msg, refusal.retry)
 					return
 				}
 				refuse(w, refusal.status, refusal.rpc.Message, 0)
@@ -362,6 +360,8 @@ func (a *Auth) GatewayMiddleware(refuse GatewayRefusal) func(http.Handler) http.
 type agentRefusal struct {
 	*keyError
 	retry time.Duration
+	// bucket is what the rate counted: the key, or the client address.
+	bucket bucketKey
 }
 
 // admitAgent checks an agent request's key tok (required when agent authentication is on)
@@ -393,7 +393,7 @@ func (a *Auth) admitAgent(r *http.Request, tok, route string, missing *keyError)
 			bk = bucketKey{kind: 'k', id: e.id}
 		}
 		if ok, wait := a.agents.allow(bk, now); !ok {
-			return r, &agentRefusal{retry: max(wait, time.Nanosecond)}
+			return r, &agentRefusal{retry: max(wait, time.Nanosecond), bucket: bk}
 		}
 	}
 	if e != nil {
@@ -404,14 +404,13 @@ func (a *Auth) admitAgent(r *http.Request, tok, route string, missing *keyError)
 
 // writeRateLimited answers a request over the rate: HTTP 429, a Retry-After header in whole
 // seconds (at least 1) and the exact wait in the JSON-RPC error's data.
-func writeRateLimited(w http.ResponseWriter, wait time.Duration, rate float64) {
-	ms := max(int64(math.Ceil(float64(wait)/float64(time.Millisecond))), 1)
+func writeRateLimited(w http.ResponseWriter, k bucketKey, wait time.Duration, rate float64) {
+	msg, ms := rateLimitedMessage(k, rate, wait)
 	w.Header().Set("Retry-After", strconv.FormatInt(max((ms+999)/1000, 1), 10))
 	writeRPCError(w, http.StatusTooManyRequests, &aos.Error{
-		Code: aos.CodeRateLimited,
-		Message: fmt.Sprintf("rate limited: more than %s requests per second for this agent; retry in %d ms",
-			strconv.FormatFloat(rate, 'f', -1, 64), ms),
-		Data: map[string]any{"retryAfterMs": ms},
+		Code:    aos.CodeRateLimited,
+		Message: msg,
+		Data:    map[string]any{"retryAfterMs": ms},
 	})
 }
 

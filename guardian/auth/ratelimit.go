@@ -1,6 +1,9 @@
 package auth
 
 import (
+	"fmt"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -91,4 +94,18 @@ func (l *limiter) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.buckets)
+}
+
+// rateLimitedMessage is the message of an answer to a request over the agent rate, and
+// the wait in whole milliseconds (at least 1) that the answer also carries. It names what
+// the rate counts for the request: its agent key (kind 'k'), or its client address when it
+// sent no key, where every keyless agent behind the address shares the budget.
+func rateLimitedMessage(k bucketKey, rate float64, wait time.Duration) (string, int64) {
+	ms := max(int64(math.Ceil(float64(wait)/float64(time.Millisecond))), 1)
+	per := "this agent key"
+	if k.kind != 'k' {
+		per = "this client address (requests without an agent key)"
+	}
+	return fmt.Sprintf("rate limited: more than %s requests per second for %s; retry in %d ms",
+		strconv.FormatFloat(rate, 'f', -1, 64), per, ms), ms
 }

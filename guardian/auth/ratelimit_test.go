@@ -73,7 +73,7 @@ func TestAgentRateLimit(t *testing.T) {
 	require.NotNil(t, resp.Error, string(body))
 	require.Equal(t, aos.CodeRateLimited, resp.Error.Code)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	require.Contains(t, resp.Error.Message, "rate limited")
+	require.Equal(t, "rate limited: more than 1 requests per second for this agent key; retry in 1000 ms", resp.Error.Message)
 	var data struct {
 		RetryAfterMs int64 `json:"retryAfterMs"`
 	}
@@ -101,6 +101,7 @@ func TestAgentRateLimitPerAddressWithoutKeys(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, status)
 	require.Equal(t, aos.CodeRateLimited, resp.Error.Code)
 	require.Equal(t, "1", hdr.Get("Retry-After"), "whole seconds, rounded up")
+	require.Contains(t, resp.Error.Message, "for this client address (requests without an agent key)")
 	raw, err := json.Marshal(resp.Error.Data)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"retryAfterMs":100}`, string(raw))
@@ -113,5 +114,27 @@ func TestNoRateLimitByDefault(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		status, _, _, _ := rpc(t, srv, "", "a")
 		require.Equal(t, http.StatusOK, status)
+	}
+}
+
+// The 429 message names what the rate counted: the key, or the address of keyless requests.
+func TestRateLimitedMessage(t *testing.T) {
+	for _, tc := range []struct {
+		key  bucketKey
+		rate float64
+		wait time.Duration
+		want string
+		ms   int64
+	}{
+		{key: bucketKey{kind: 'k', id: "k1"}, rate: 50, wait: 20 * time.Millisecond,
+			want: "rate limited: more than 50 requests per second for this agent key; retry in 20 ms", ms: 20},
+		{key: bucketKey{kind: 'a', id: "10.0.0.1"}, rate: 0.5, wait: 1500*time.Millisecond + 1,
+			want: "rate limited: more than 0.5 requests per second for this client address (requests without an agent key); retry in 1501 ms", ms: 1501},
+		{key: bucketKey{kind: 'k', id: "k1"}, rate: 10, wait: time.Nanosecond,
+			want: "rate limited: more than 10 requests per second for this agent key; retry in 1 ms", ms: 1},
+	} {
+		msg, ms := rateLimitedMessage(tc.key, tc.rate, tc.wait)
+		require.Equal(t, tc.want, msg)
+		require.Equal(t, tc.ms, ms)
 	}
 }

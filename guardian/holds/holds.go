@@ -173,7 +173,9 @@ type Options struct {
 	// waiting at once (default MaxPending / DefaultAgentShare, at least 1). The same
 	// fraction of MaxPendingBytes bounds that agent's bytes.
 	MaxPendingPerAgent int
-	// DefaultTimeout applies to requests without a timeout (default DefaultTimeout).
+	// DefaultTimeout applies to requests without a timeout, such as the holds of a paused
+	// session (default DefaultTimeout). The guardian gives it the value it gives the rules
+	// engine's HoldTimeout, so every hold without its own timeout waits the same.
 	DefaultTimeout time.Duration
 	Logger         *slog.Logger
 	// Shared says other guardian processes (replicas) share the store: their pending holds

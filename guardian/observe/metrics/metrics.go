@@ -155,6 +155,8 @@ func (m *Metrics) Handler() http.Handler {
 		// a few at once is plenty.
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
+		// Without it promhttp answers every Accept with the classic text format.
+		EnableOpenMetrics: true,
 	})
 }
 
@@ -251,7 +253,7 @@ var (
 	ruleErrors = prometheus.NewDesc("vigil_rule_errors_total",
 		"Run-time errors of each loaded rule (budget overruns included); the rule's on-error decision applied.", []string{"rule"}, nil)
 	ruleSeconds = prometheus.NewDesc("vigil_rule_evaluation_seconds_total",
-		"Time spent evaluating each loaded rule (estimated from a sample of its evaluations).", []string{"rule"}, nil)
+		"Time spent evaluating each loaded rule, estimated from a sample: one evaluation in 64 is timed and counts 64 times.", []string{"rule"}, nil)
 	rulesLoaded = prometheus.NewDesc("vigil_rules_loaded",
 		"Rules loaded in the engine.", nil, nil)
 	holdsPending = prometheus.NewDesc("vigil_holds_pending",

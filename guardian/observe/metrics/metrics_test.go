@@ -3,8 +3,10 @@ package metrics_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +184,33 @@ func BenchmarkStep(b *testing.B) {
 			m.Step(rec)
 		}
 	})
+}
+
+// A scraper that asks for OpenMetrics gets it; one that does not gets the text format.
+func TestOpenMetricsWhenAsked(t *testing.T) {
+	m := metrics.New(metrics.Options{Version: "1.2.3"})
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	for _, tc := range []struct {
+		accept, contentType string
+		eof                 bool
+	}{
+		{accept: "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", contentType: "application/openmetrics-text", eof: true},
+		{accept: "", contentType: "text/plain"},
+	} {
+		req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), tc.contentType), resp.Header.Get("Content-Type"))
+		require.Equal(t, tc.eof, strings.HasSuffix(string(body), "# EOF\n"))
+		require.Contains(t, string(body), "vigil_build_info")
+	}
 }

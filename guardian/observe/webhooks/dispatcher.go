@@ -231,28 +231,45 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		return
 	}
 	var wg sync.WaitGroup
+	var givenUp atomic.Int64
 	for _, t := range d.targets {
 		wg.Go(func() {
-			for {
+			// A select picks at random among ready cases: ctx is checked first so that a
+			// shutdown does not go on taking queued deliveries only to cancel each one.
+			for ctx.Err() == nil {
 				select {
 				case <-ctx.Done():
-					return
 				case dl := <-t.q:
-					d.deliver(ctx, t, dl)
+					if !d.deliver(ctx, t, dl) {
+						givenUp.Add(1)
+					}
 				}
 			}
+			givenUp.Add(int64(len(t.q)))
 		})
 	}
 	wg.Wait()
+	// One line for the lot: a line per delivery would only repeat the cancellation.
+	if n := givenUp.Load(); n > 0 {
+		d.log.Warn("webhook deliveries given up at shutdown", "deliveries", n)
+	}
 }
 
-// errPermanent marks an answer a retry would not change (a 4xx other than 408 and 429).
-var errPermanent = errors.New("permanent")
+// permanentError is an answer a retry would not change (a 4xx other than 408 and 429).
+// Its text is the answer's alone: it is shown as a target's last error.
+type permanentError struct{ err error }
 
-// deliver tries a delivery until it succeeds, fails for good, or runs out of attempts.
-func (d *Dispatcher) deliver(ctx context.Context, t *target, dl delivery) {
+func (e permanentError) Error() string { return e.err.Error() + " (not retried)" }
+func (e permanentError) Unwrap() error { return e.err }
+
+// deliver tries a delivery until it succeeds, fails for good, or runs out of attempts. It
+// reports false when ctx ended first: the caller counts those and logs them once.
+func (d *Dispatcher) deliver(ctx context.Context, t *target, dl delivery) bool {
 	wait := d.opts.Backoff
 	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			return false
+		}
 		status, retryAfter, err := d.attempt(ctx, t, dl)
 		now := d.opts.Now()
 		if err == nil {
@@ -260,13 +277,19 @@ func (d *Dispatcher) deliver(ctx context.Context, t *target, dl delivery) {
 			t.mu.Lock()
 			t.lastStatus, t.lastSuccessAt = status, now
 			t.mu.Unlock()
-			return
+			return true
+		}
+		if ctx.Err() != nil {
+			// Shutting down: the attempt was cut short, not refused.
+			t.failed.Add(1)
+			return false
 		}
 		t.setError(status, err.Error(), now)
-		if errors.Is(err, errPermanent) || attempt >= d.opts.Attempts || ctx.Err() != nil {
+		var perm permanentError
+		if errors.As(err, &perm) || attempt >= d.opts.Attempts {
 			t.failed.Add(1)
 			d.log.Warn("webhook delivery failed", "target", t.Name, "event", dl.event, "id", dl.id, "attempts", attempt, "err", err)
-			return
+			return true
 		}
 		t.retries.Add(1)
 		pause := wait
@@ -280,7 +303,7 @@ func (d *Dispatcher) deliver(ctx context.Context, t *target, dl delivery) {
 		case <-ctx.Done():
 			timer.Stop()
 			t.failed.Add(1)
-			return
+			return false
 		case <-timer.C:
 		}
 	}
@@ -292,7 +315,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, dl delivery) (statu
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(dl.body))
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", errPermanent, err)
+		return 0, 0, permanentError{fmt.Errorf("build request: %w", err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Vigil-Webhook/"+cmpOr(d.opts.Version, "dev"))
@@ -323,10 +346,18 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, dl delivery) (statu
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			retryAfter = time.Duration(s) * time.Second
 		}
-		return c, retryAfter, fmt.Errorf("HTTP %d", c)
+		return c, retryAfter, httpError(c)
 	default:
-		return c, 0, fmt.Errorf("%w: HTTP %d", errPermanent, c)
+		return c, 0, permanentError{httpError(c)}
 	}
+}
+
+// httpError is an answer's status in words ("HTTP 503 Service Unavailable").
+func httpError(code int) error {
+	if text := http.StatusText(code); text != "" {
+		return fmt.Errorf("HTTP %d %s", code, text)
+	}
+	return fmt.Errorf("HTTP %d", code)
 }
 
 // Sign is the HeaderSignature value of body sent at timestamp (Unix seconds, as in

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
+	"unicode/utf16"
 
 	"github.com/vigil-guardian/vigil/record"
 )
@@ -108,11 +108,30 @@ func StepURL(publicURL, sessionID string, seq int64) string {
 	return fmt.Sprintf("%s/#/session/%s?step=%d", publicURL, url.PathEscape(sessionID), seq)
 }
 
-// Slack limits: a header's text, a section's text.
+// Slack limits: a header's text, a section's text; and the length a field's value is
+// shortened to (Slack takes 2000, a field is a short fact).
 const (
 	slackHeaderMax  = 150
 	slackSectionMax = 3000
+	slackFieldMax   = 200
 )
+
+// holdOutcomes are a resolved hold's statuses in words, for a message's title.
+var holdOutcomes = map[string]string{
+	record.HoldApproved:    "approved",
+	record.HoldDenied:      "denied",
+	record.HoldModified:    "modified",
+	record.HoldTimedOut:    "timed out",
+	record.HoldAbandoned:   "abandoned",
+	record.HoldInterrupted: "interrupted",
+}
+
+func holdOutcome(status string) string {
+	if w, ok := holdOutcomes[status]; ok {
+		return w
+	}
+	return status
+}
 
 type slackText struct {
 	Type string `json:"type"`
@@ -147,7 +166,7 @@ func slackMessage(p *Payload) SlackMessage {
 	var detail string
 	field := func(name, value string) {
 		if value != "" {
-			fields = append(fields, slackText{Type: "mrkdwn", Text: "*" + name + "*\n" + slackEscape(clip(value, 200))})
+			fields = append(fields, slackText{Type: "mrkdwn", Text: "*" + name + "*\n" + slackEscapeClip(value, slackFieldMax)})
 		}
 	}
 	switch {
@@ -159,7 +178,7 @@ func slackMessage(p *Payload) SlackMessage {
 			title = "Held for review: " + what
 			button = "Review in Vigil"
 		default:
-			title = "Hold " + h.Status + ": " + what
+			title = "Hold " + holdOutcome(h.Status) + ": " + what
 			button = "Open in Vigil"
 		}
 		field("Session", h.SessionID)
@@ -185,13 +204,13 @@ func slackMessage(p *Payload) SlackMessage {
 		field("Reason", strings.Join(s.ReasonCodes, ", "))
 		detail = s.Message
 	}
-	title = clip(title, slackHeaderMax)
 	m := SlackMessage{
-		Text:   "Vigil: " + slackEscape(title),
-		Blocks: []slackBlock{{Type: "header", Text: &slackText{Type: "plain_text", Text: title}}},
+		// The fallback text is mrkdwn, the header plain text: only the first is escaped.
+		Text:   "Vigil: " + slackEscapeClip(title, slackHeaderMax),
+		Blocks: []slackBlock{{Type: "header", Text: &slackText{Type: "plain_text", Text: clip(title, slackHeaderMax)}}},
 	}
 	if detail != "" {
-		m.Blocks = append(m.Blocks, slackBlock{Type: "section", Text: &slackText{Type: "mrkdwn", Text: slackEscape(clip(detail, slackSectionMax-10))}})
+		m.Blocks = append(m.Blocks, slackBlock{Type: "section", Text: &slackText{Type: "mrkdwn", Text: slackEscapeClip(detail, slackSectionMax)}})
 	}
 	if len(fields) > 0 {
 		m.Blocks = append(m.Blocks, slackBlock{Type: "section", Fields: fields})
@@ -209,13 +228,59 @@ func slackEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
-// clip shortens s to at most n runes, marking the cut.
+// slackEscapeClip escapes s as slackEscape does and shortens the result to at most n
+// characters, marking the cut. The cut is measured after escaping, since Slack's limits
+// apply to the text it receives (an "&" is five characters of it), and falls between
+// whole entities. Characters are counted in UTF-16 units, which is never fewer than
+// runes, so the text fits whichever of the two Slack counts.
+func slackEscapeClip(s string, n int) string {
+	esc := slackEscape(s)
+	if utf16Len(esc) <= n {
+		return esc
+	}
+	var b strings.Builder
+	used := 1 // the "…"
+	for _, r := range s {
+		piece := string(r)
+		switch r {
+		case '&':
+			piece = "&amp;"
+		case '<':
+			piece = "&lt;"
+		case '>':
+			piece = "&gt;"
+		}
+		if used+utf16Len(piece) > n {
+			break
+		}
+		used += utf16Len(piece)
+		b.WriteString(piece)
+	}
+	return b.String() + "…"
+}
+
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n += utf16.RuneLen(r)
+	}
+	return n
+}
+
+// clip shortens s to at most n characters (UTF-16 units, as slackEscapeClip counts),
+// marking the cut.
 func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
+	if utf16Len(s) <= n {
 		return s
 	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
+	used := 1 // the "…"
+	for i, r := range s {
+		if used+utf16.RuneLen(r) > n {
+			return s[:i] + "…"
+		}
+		used += utf16.RuneLen(r)
+	}
+	return s
 }
 
 func cmpOr(a, b string) string {

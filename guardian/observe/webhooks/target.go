@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Event types a target can subscribe to.
@@ -57,7 +58,8 @@ type Target struct {
 //
 // events is a comma-separated list of hold.created, hold.resolved, step.denied ("deny"
 // for short) or "all" (default hold.created,step.denied); format is json (default) or
-// slack; name defaults to the URL's host.
+// slack; name is 1 to 64 ASCII letters, digits, '.', '_' or '-' and defaults to the URL's
+// host.
 func ParseTarget(spec string) (Target, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
@@ -72,6 +74,11 @@ func ParseTarget(spec string) (Target, error) {
 	opts, err := url.ParseQuery(u.Fragment)
 	if err != nil {
 		return Target{}, fmt.Errorf("webhook %q: options after #: %w", redact(u), err)
+	}
+	// The name is a metric label: a value that is not UTF-8 would make the registry refuse
+	// every vigil_webhook_* family, so a host that is not (no real host name) is refused.
+	if !utf8.ValidString(u.Hostname()) {
+		return Target{}, fmt.Errorf("webhook %q: the host is not valid UTF-8", redact(u))
 	}
 	t := Target{Format: FormatJSON, Name: u.Hostname()}
 	for key, vals := range opts {
@@ -96,8 +103,8 @@ func ParseTarget(spec string) (Target, error) {
 			}
 			t.Format = v
 		case "name":
-			if v == "" || len(v) > 64 {
-				return Target{}, fmt.Errorf("webhook %q: name must be 1 to 64 characters", redact(u))
+			if !validName(v) {
+				return Target{}, fmt.Errorf("webhook %q: option name=%q: want 1 to 64 of the letters A-Z and a-z, digits, '.', '_' and '-'", redact(u), v)
 			}
 			t.Name = v
 		default:
@@ -130,6 +137,22 @@ func redact(u *url.URL) string {
 		s += "/…"
 	}
 	return s
+}
+
+// validName reports whether v may name a target: it becomes a metric label and a word in
+// the status API, so only a small, printable alphabet is taken.
+func validName(v string) bool {
+	if v == "" || len(v) > 64 {
+		return false
+	}
+	for _, c := range []byte(v) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (t Target) wants(event string) bool { return slices.Contains(t.Events, event) }

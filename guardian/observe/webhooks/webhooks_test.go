@@ -1,10 +1,12 @@
 package webhooks_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,6 +40,15 @@ func TestParseTarget(t *testing.T) {
 		{spec: "https://h.example/#events=hold.made", err: `unknown event "hold.made"`},
 		{spec: "https://h.example/#format=xml", err: "format must be json or slack"},
 		{spec: "https://h.example/#colour=red", err: `unknown option "colour"`},
+		{spec: "https://h.example/#name=ops.eu-1_b", want: webhooks.Target{URL: "https://h.example/", Events: []string{"hold.created", "step.denied"}, Format: "json", Name: "ops.eu-1_b"}},
+		// A name becomes a metric label: one that is not UTF-8 would take every
+		// vigil_webhook_* family off /metrics.
+		{spec: "https://h.example/#name=%ff", err: `option name="\xff": want 1 to 64 of the letters`},
+		{spec: "https://h.example/#name=", err: `option name="": want 1 to 64`},
+		{spec: "https://h.example/#name=" + strings.Repeat("a", 65), err: "option name="},
+		{spec: "https://h.example/#name=a%20b", err: `option name="a b"`},
+		{spec: "https://h.example/#name=a%7Bb%7D", err: `option name="a{b}"`},
+		{spec: "https://%ff/", err: "host is not valid UTF-8"},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			got, err := webhooks.ParseTarget(tc.spec)
@@ -205,8 +216,8 @@ func TestRetries(t *testing.T) {
 	}{
 		{name: "500 then success", statuses: []int{500, 503}, attempts: 3, delivered: 1},
 		{name: "429 is retried", statuses: []int{429}, attempts: 2, delivered: 1},
-		{name: "gives up after the attempts", statuses: []int{500, 500, 500, 500}, attempts: 3, failed: 1, lastErr: "HTTP 500"},
-		{name: "a 4xx is not retried", statuses: []int{404}, attempts: 1, failed: 1, lastErr: "HTTP 404"},
+		{name: "gives up after the attempts", statuses: []int{500, 500, 500, 500}, attempts: 3, failed: 1, lastErr: "HTTP 500 Internal Server Error"},
+		{name: "a 4xx is not retried", statuses: []int{404}, attempts: 1, failed: 1, lastErr: "HTTP 404 Not Found (not retried)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := newReceiver(t, tc.statuses...)
@@ -220,7 +231,7 @@ func TestRetries(t *testing.T) {
 			require.Equal(t, tc.failed, s.Failed)
 			require.Equal(t, tc.attempts-1, s.Retries)
 			if tc.lastErr != "" {
-				require.Contains(t, s.LastError, tc.lastErr)
+				require.Equal(t, tc.lastErr, s.LastError, "plain words, no internal ones")
 				require.False(t, s.LastErrorAt.IsZero())
 			} else {
 				require.False(t, s.LastSuccessAt.IsZero())
@@ -423,4 +434,31 @@ func TestTargetNamesAreUnique(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	require.Equal(t, []string{"x", "x-2", "x-2-2"}, names)
+}
+
+// A shutdown gives up the deliveries in flight and queued with one log line that counts
+// them, not a line per delivery.
+func TestShutdownLogsOnce(t *testing.T) {
+	rc := newReceiver(t)
+	rc.block = make(chan struct{})
+	defer close(rc.block)
+	var logs bytes.Buffer
+	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, rc.URL)}, Timeout: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	h := d.Consumer().Handle
+	h(context.Background(), holdItem(t, record.EventHoldCreated, 1))
+	<-rc.got // in flight
+	for i := range 5 {
+		h(context.Background(), holdItem(t, record.EventHoldCreated, int64(i+2)))
+	}
+	cancel()
+	<-done
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 1, logs.String())
+	require.Contains(t, lines[0], "given up at shutdown")
+	require.Contains(t, lines[0], "deliveries=6")
+	require.EqualValues(t, 1, rc.calls.Load(), "no queued delivery is tried after the end")
 }
