@@ -277,3 +277,46 @@ func TestOptionsBounded(t *testing.T) {
 		require.Empty(t, sc.fd.decided())
 	})
 }
+
+// A session keeps its tools' names for as long as the gateway caches it: the lists are
+// bounded, on a turn, on a new session and in the upstream's record of a session.
+func TestToolListsBounded(t *testing.T) {
+	okTurn := func(n int64, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"stopReason":"end_turn","messages":[]}`)
+	}
+	tools := func(n, size int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"name":"t%0*d"}`, size-1, i)
+		}
+		return "[" + b.String() + "]"
+	}
+	tests := []struct {
+		name, path, body, want string
+	}{
+		{"client tools on a turn", "/sessions/s1/turns", `{"tools":` + tools(513, 8) + `,"messages":[` + userMsg("hi") + `]}`,
+			"tools: at most 512 tools, got 513"},
+		{"a long client tool name", "/sessions/s1/turns", `{"tools":` + tools(1, 300) + `,"messages":[` + userMsg("hi") + `]}`,
+			"tools[0].name: at most 256 bytes, got 300"},
+		{"server tools on a new session", "/sessions", `{"agent":{"name":"a","tools":` + tools(513, 8) + `}}`,
+			"agent.tools: at most 512 tools, got 513"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := newScripted(t, okTurn, nil)
+			resp, body := sc.do("POST", tt.path, tt.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+			require.Contains(t, body, tt.want)
+			require.Zero(t, sc.turns.Load()+sc.creates.Load(), "nothing went up")
+		})
+	}
+	t.Run("at the bound", func(t *testing.T) {
+		sc := newScripted(t, okTurn, nil)
+		resp, body := sc.do("POST", "/sessions/s1/turns", `{"tools":`+tools(512, 256)+`,"messages":[`+userMsg("hi")+`]}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	})
+}

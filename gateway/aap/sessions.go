@@ -450,7 +450,11 @@ func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request, id string) (*se
 	}
 	s.serverTools = untrusted
 	tools, _ := o.array("", "tools")
-	names, _ := parseToolSpecs("tools", tools)
+	names, err := parseToolSpecs("tools", tools)
+	if err != nil {
+		// More tools than the gateway keeps for a session: it could not tell them apart.
+		return nil, &errUpstream{fmt.Errorf("GET /sessions/%s: %w", id, err)}
+	}
 	s.applyClientTools(names, true)
 	return g.sessions.put(s), nil
 }

@@ -413,8 +413,30 @@ type toolRef struct {
 	Trust bool
 }
 
+// A session keeps the names of its tools (server tools enabled, client tools declared) for
+// its whole life in the gateway's session cache, so the lists are bounded: MCP's own
+// advice is names of at most 128 characters, and an agent with hundreds of tools is rare.
+const (
+	maxTools        = 512
+	maxToolNameSize = 256 // bytes
+)
+
+// checkToolName refuses a list past maxTools and a name past maxToolNameSize.
+func checkToolName(field string, i, n int, name string) error {
+	if n > maxTools {
+		return fmt.Errorf("%s: at most %d tools, got %d", field, maxTools, n)
+	}
+	if len(name) > maxToolNameSize {
+		return fmt.Errorf("%s[%d].name: at most %d bytes, got %d", field, i, maxToolNameSize, len(name))
+	}
+	return nil
+}
+
 // parseToolRefs reads agent.tools.
 func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object, error) {
+	if err := checkToolName(field, 0, len(elems), ""); err != nil {
+		return nil, nil, err
+	}
 	refs := make([]toolRef, len(elems))
 	objs := make([]*object, len(elems))
 	for i, e := range elems {
@@ -425,6 +447,9 @@ func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object,
 		}
 		name, err := o.str(f, "name", true)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := checkToolName(field, i, len(elems), name); err != nil {
 			return nil, nil, err
 		}
 		trust := false
@@ -440,6 +465,9 @@ func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object,
 
 // parseToolSpecs reads client-side tool declarations and returns their names.
 func parseToolSpecs(field string, elems []json.RawMessage) ([]string, error) {
+	if err := checkToolName(field, 0, len(elems), ""); err != nil {
+		return nil, err
+	}
 	names := make([]string, len(elems))
 	for i, e := range elems {
 		f := fmt.Sprintf("%s[%d]", field, i)
@@ -448,6 +476,9 @@ func parseToolSpecs(field string, elems []json.RawMessage) ([]string, error) {
 			return nil, err
 		}
 		if names[i], err = o.str(f, "name", true); err != nil {
+			return nil, err
+		}
+		if err := checkToolName(field, i, len(elems), names[i]); err != nil {
 			return nil, err
 		}
 	}
