@@ -56,6 +56,10 @@ Flags:
 		return 2
 	}
 
+	if *db == "" {
+		fmt.Fprintln(stderr, "vigil backup: --db: empty path")
+		return 2
+	}
 	if postgres.IsURL(*db) {
 		fmt.Fprintf(stderr, "vigil backup: %v\n", errPGBackup)
 		return 1
@@ -64,6 +68,12 @@ Flags:
 	defer stop()
 	start := time.Now()
 	res, err := sqlite.Backup(ctx, *db, dest[0], *force)
+	// Backup checks DEST before it reads anything: a DEST no backup could go to is bad usage.
+	var de *sqlite.DestinationError
+	if errors.As(err, &de) {
+		fmt.Fprintf(stderr, "vigil backup: DEST %q: %v\n", de.Dest, de.Err)
+		return 2
+	}
 	if errors.Is(err, sqlite.ErrBackupExists) {
 		fmt.Fprintf(stderr, "vigil backup: %s exists; pass --force to replace it\n", dest[0])
 		return 1

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -113,4 +114,47 @@ func TestByteSize(t *testing.T) {
 	require.Equal(t, "0", new(byteSize).String())
 	require.Equal(t, "512 B", formatBytes(512))
 	require.Equal(t, "1.5 KiB", formatBytes(1536))
+}
+
+// A DEST no backup could go to is bad usage (exit 2) named in the message, found before
+// anything is read or written, --force or not: the database itself or a file beside it
+// however spelled, a directory, a missing directory, an empty path; an empty --db too.
+func TestBackupCommandBadDestinations(t *testing.T) {
+	dbPath := exportTestDB(t)
+	dir := filepath.Dir(dbPath)
+	require.NoError(t, os.Symlink("vigil.db", filepath.Join(dir, "link.db")))
+	require.NoError(t, os.Link(dbPath, filepath.Join(dir, "hard.db")))
+	before := dirState(t, dir)
+
+	dest := func(d, msg string) string { return fmt.Sprintf("DEST %q: %s", d, msg) }
+	another := filepath.Join(dir, "..", filepath.Base(dir), "vigil.db")
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"empty", []string{""}, dest("", "empty path")},
+		{"directory", []string{dir}, dest(dir, "is a directory")},
+		{"directory with force", []string{"--force", dir}, dest(dir, "is a directory")},
+		{"missing directory", []string{filepath.Join(dir, "none", "copy.db")},
+			dest(filepath.Join(dir, "none", "copy.db"), "directory "+filepath.Join(dir, "none")+" does not exist")},
+		{"itself", []string{"--force", dbPath}, dest(dbPath, "is the database itself")},
+		{"another spelling", []string{"--force", another}, dest(another, "is the database itself")},
+		{"symbolic link", []string{"--force", filepath.Join(dir, "link.db")}, dest(filepath.Join(dir, "link.db"), "is the database itself")},
+		{"hard link", []string{"--force", filepath.Join(dir, "hard.db")}, dest(filepath.Join(dir, "hard.db"), "is the database itself")},
+		{"WAL", []string{"--force", dbPath + "-wal"}, dest(dbPath+"-wal", "is "+dbPath+"-wal, which belongs to the database")},
+		{"step journal", []string{"--force", dbPath + "-steplog-0"}, dest(dbPath+"-steplog-0", "is "+dbPath+"-steplog-0, which belongs to the database")},
+		{"empty db", []string{"--db", "", filepath.Join(dir, "copy.db")}, "--db: empty path"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"--db", dbPath}, tc.args...)
+			require.Equal(t, 2, runBackup(args, &stdout, &stderr), stderr.String())
+			require.Equal(t, "vigil backup: "+tc.msg+"\n", stderr.String())
+			require.Empty(t, stdout.String())
+		})
+	}
+	require.Equal(t, before, dirState(t, dir), "the database and its files are untouched")
+	require.NoError(t, sqlite.IntegrityCheck(context.Background(), dbPath))
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/postgres"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // runExport implements `vigil export`: steps and audit entries as JSON Lines, read from the
@@ -68,36 +71,113 @@ Flags:
 		opts.Since = t
 	}
 
+	if *db == "" {
+		fmt.Fprintln(stderr, "vigil export: --db: empty path")
+		return 2
+	}
+	// The output is checked before anything is read: a wrong --out is found at once, not
+	// after a long export, and never replaces the database.
+	dest, err := exportDestination(*out, *db)
+	if err != nil {
+		fmt.Fprintf(stderr, "vigil export: --out %q: %v\n", *out, err)
+		return 2
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := exportTo(ctx, *db, *out, stdout, opts)
+	res, err := exportTo(ctx, *db, dest, stdout, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "vigil export: %v\n", err)
 		return 1
 	}
-	dest := "standard output"
-	if *out != "-" {
-		dest = *out
+	where := "standard output"
+	if dest.path != "" {
+		where = *out
 	}
-	fmt.Fprintf(stderr, "vigil export: %d steps, %d audit entries to %s\n", res.Steps, res.Audit, dest)
+	fmt.Fprintf(stderr, "vigil export: %d steps, %d audit entries to %s\n", res.Steps, res.Audit, where)
 	return 0
 }
 
-// exportTo writes the export to out ("-" for stdout). A file is written under a temporary
-// name (mode 0600: steps carry agents' data) and renamed when complete, so a failed export
-// never leaves a truncated file behind.
-func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
+// exportDest is where an export goes: standard output (path ""), a regular file written
+// under a temporary name and renamed to path when complete, or a file that is not a regular
+// file (a FIFO, a device such as /dev/null) written in place, since renaming over it would
+// replace it with a regular file.
+type exportDest struct {
+	path    string
+	inPlace bool
+}
+
+// exportDestination decides where --out goes. "-" and /dev/stdout are standard output. A
+// symbolic link is followed and the rules apply to its target: a regular file is replaced
+// (the link stays), a missing one created, anything else written in place. The database and
+// the files beside it, a directory, and a path whose directory does not exist are refused.
+func exportDestination(out, db string) (exportDest, error) {
+	switch out {
+	case "":
+		return exportDest{}, errors.New("empty path (- is standard output)")
+	case "-", "/dev/stdout":
+		return exportDest{}, nil
+	}
+	if !postgres.IsURL(db) {
+		file, err := sqlite.FindDatabaseFile(db, out)
+		if err != nil {
+			return exportDest{}, err
+		}
+		switch file {
+		case "":
+		case db:
+			return exportDest{}, fmt.Errorf("is the database %s itself", db)
+		default:
+			return exportDest{}, fmt.Errorf("is %s, which belongs to the database", file)
+		}
+	}
+	// Stat, not the resolved path, classifies: the kernel follows links such as /dev/stderr
+	// (to /proc/self/fd/2, whose target may be "pipe:[…]") that no path names.
+	st, err := os.Stat(out)
+	switch {
+	case err == nil && st.IsDir():
+		return exportDest{}, errors.New("is a directory")
+	case err == nil && !st.Mode().IsRegular():
+		return exportDest{path: out, inPlace: true}, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return exportDest{}, err
+	}
+	path, err := sqlite.ResolvePath(out)
+	if err != nil {
+		return exportDest{}, err
+	}
+	if st != nil {
+		if pst, perr := os.Stat(path); perr != nil || !os.SameFile(st, pst) {
+			return exportDest{}, errors.New("cannot tell which file it names")
+		}
+		return exportDest{path: path}, nil
+	}
+	dir := filepath.Dir(path)
+	if dst, err := os.Stat(dir); err != nil || !dst.IsDir() {
+		return exportDest{}, fmt.Errorf("directory %s does not exist", dir)
+	}
+	return exportDest{path: path}, nil
+}
+
+// exportTo writes the export to dest. A regular file is written under a temporary name
+// (mode 0600: steps carry agents' data) and renamed when complete, so a failed export never
+// leaves a truncated file behind.
+func exportTo(ctx context.Context, dbPath string, dest exportDest, stdout io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
 	ro, err := openExporter(ctx, dbPath)
 	if err != nil {
 		return record.ExportResult{}, err
 	}
 	defer ro.Close()
-	if out == "-" {
+	switch {
+	case dest.path == "":
 		return ro.Export(ctx, stdout, opts)
+	case dest.inPlace:
+		return exportInPlace(ctx, ro, dest.path, opts)
 	}
-	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
+	dir := filepath.Dir(dest.path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(dest.path)+".*.tmp")
 	if err != nil {
-		return record.ExportResult{}, err
+		return record.ExportResult{}, fmt.Errorf("cannot create a file in %s: %w", dir, pathErr(err))
 	}
 	done := false
 	defer func() {
@@ -107,20 +187,82 @@ func exportTo(ctx context.Context, dbPath, out string, stdout io.Writer, opts re
 		}
 	}()
 	res, err := ro.Export(ctx, f, opts)
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == f.Name() {
+		return res, fmt.Errorf("write %s: %w", dest.path, pe.Err) // the user's name, not the temporary one
+	}
 	if err != nil {
 		return res, err
 	}
 	if err := f.Sync(); err != nil {
-		return res, err
+		return res, fmt.Errorf("write %s: %w", dest.path, pathErr(err))
 	}
 	if err := f.Close(); err != nil {
-		return res, err
+		return res, fmt.Errorf("write %s: %w", dest.path, pathErr(err))
 	}
-	if err := os.Rename(f.Name(), out); err != nil {
-		return res, err
+	if err := os.Rename(f.Name(), dest.path); err != nil {
+		return res, fmt.Errorf("replace %s: %w", dest.path, pathErr(err))
 	}
 	done = true
 	return res, nil
+}
+
+// exportInPlace writes the export straight into path, a FIFO or a device. Opening a FIFO
+// waits for a reader, so the open runs aside and an interrupt still ends the command.
+func exportInPlace(ctx context.Context, ro exporter, path string, opts record.ExportOptions) (record.ExportResult, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		ch <- opened{f, err}
+	}()
+	var f *os.File
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			return record.ExportResult{}, fmt.Errorf("open %s: %w", path, pathErr(o.err))
+		}
+		f = o.f
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.f != nil {
+				_ = o.f.Close()
+			}
+		}()
+		return record.ExportResult{}, fmt.Errorf("open %s: %w", path, ctx.Err())
+	}
+	// Checked on what was opened: a regular file put there since would be overwritten
+	// from its start instead of replaced whole.
+	st, err := f.Stat()
+	if err == nil && st.Mode().IsRegular() {
+		err = errors.New("it became a regular file meanwhile")
+	}
+	if err != nil {
+		_ = f.Close()
+		return record.ExportResult{}, fmt.Errorf("open %s: %w", path, pathErr(err))
+	}
+	res, err := ro.Export(ctx, f, opts)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write %s: %w", path, pathErr(cerr))
+	}
+	return res, err
+}
+
+// pathErr is the cause of a file system error without the path it names: the messages
+// here name the user's path, not a temporary file's.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }
 
 // parseSince reads an RFC 3339 time, a date (midnight UTC), or a duration back from now.

@@ -190,3 +190,163 @@ func TestParseSince(t *testing.T) {
 		require.True(t, tc.want.Equal(got), "%s: got %s", tc.in, got)
 	}
 }
+
+// exportTestDB makes a database holding one step and one audit entry, closed.
+func exportTestDB(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	dbPath := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
+	require.NoError(t, err)
+	_, err = db.AppendAudit(ctx, &record.AuditEntry{Type: record.AuditSessionBlock, Operator: "ann", SessionID: "s1"})
+	require.NoError(t, err)
+	require.NoError(t, db.SaveStep(ctx, &record.StepRecord{SessionID: "s1", Method: "steps/message", Decision: "allow"}))
+	require.NoError(t, db.Close())
+	return dbPath
+}
+
+// dirState is the names, sizes and contents of the files in dir (links as their targets).
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	state := make(map[string]string, len(entries))
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			require.NoError(t, err)
+			state[e.Name()] = "-> " + target
+		case e.Type().IsRegular():
+			data, err := os.ReadFile(p)
+			require.NoError(t, err)
+			state[e.Name()] = string(data)
+		default:
+			state[e.Name()] = e.Type().String()
+		}
+	}
+	return state
+}
+
+// --out never names the database or a file beside it, however spelled: the export would
+// replace it. It is refused as bad usage before anything is read.
+func TestExportCommandRefusesDatabaseFiles(t *testing.T) {
+	dbPath := exportTestDB(t)
+	dir := filepath.Dir(dbPath)
+	require.NoError(t, os.Symlink("vigil.db", filepath.Join(dir, "link.db")))
+	require.NoError(t, os.Link(dbPath, filepath.Join(dir, "hard.db")))
+	linkdir := filepath.Join(t.TempDir(), "linkdir")
+	require.NoError(t, os.Symlink(dir, linkdir))
+	before := dirState(t, dir)
+
+	tests := []struct {
+		name, out, msg string
+	}{
+		{"itself", dbPath, "is the database"},
+		{"another spelling", filepath.Join(dir, "..", filepath.Base(dir), ".", "vigil.db"), "is the database"},
+		{"relative", "vigil.db", "is the database"},
+		{"symbolic link", filepath.Join(dir, "link.db"), "is the database"},
+		{"hard link", filepath.Join(dir, "hard.db"), "is the database"},
+		{"through another directory name", filepath.Join(linkdir, "vigil.db-wal"), "belongs to the database"},
+		{"WAL", dbPath + "-wal", "belongs to the database"},
+		{"WAL index", dbPath + "-shm", "belongs to the database"},
+		{"rollback journal", dbPath + "-journal", "belongs to the database"},
+		{"step journal", dbPath + "-steplog-0", "belongs to the database"},
+		{"step journal 1", dbPath + "-steplog-1", "belongs to the database"},
+		{"lock file", dbPath + "-lock", "belongs to the database"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			db := dbPath
+			if tc.name == "relative" {
+				t.Chdir(dir)
+				db = "./vigil.db"
+			}
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, 2, runExport([]string{"--db", db, "--out", tc.out}, &stdout, &stderr))
+			require.Contains(t, stderr.String(), fmt.Sprintf("--out %q: ", tc.out))
+			require.Contains(t, stderr.String(), tc.msg)
+			require.Empty(t, stdout.String())
+		})
+	}
+	require.Equal(t, before, dirState(t, dir), "the database and its files are untouched")
+}
+
+// A bad --out or --db is bad usage (exit 2) found before the export runs, and the message
+// names the flag and the path as given. The database here does not exist: an export that
+// ran first would fail on it instead.
+func TestExportCommandBadPaths(t *testing.T) {
+	dir := t.TempDir()
+	missingDB := filepath.Join(dir, "none.db")
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	tests := []struct {
+		name string
+		args []string
+		msg  []string
+	}{
+		{"empty out", []string{"--out", ""}, []string{`--out "": empty path`}},
+		{"directory", []string{"--out", dir}, []string{fmt.Sprintf("--out %q: is a directory", dir)}},
+		{"missing directory", []string{"--out", filepath.Join(dir, "none", "x.jsonl")},
+			[]string{fmt.Sprintf("--out %q: directory %s does not exist", filepath.Join(dir, "none", "x.jsonl"), filepath.Join(dir, "none"))}},
+		{"a file as a directory", []string{"--out", filepath.Join(file, "x.jsonl")}, []string{"--out", "not a directory"}},
+		{"empty db", []string{"--db", ""}, []string{"--db: empty path"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"--db", missingDB}, tc.args...)
+			require.Equal(t, 2, runExport(args, &stdout, &stderr), stderr.String())
+			for _, m := range tc.msg {
+				require.Contains(t, stderr.String(), m)
+			}
+			require.NotContains(t, stderr.String(), ".tmp", "the message names the user's path")
+			require.Empty(t, stdout.String())
+		})
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "nothing was created")
+}
+
+// A symbolic link is followed: the file it leads to is replaced as a whole (or created),
+// the link stays as it was.
+func TestExportCommandFollowsSymbolicLinks(t *testing.T) {
+	dbPath := exportTestDB(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "old.jsonl"), []byte("old\n"), 0o644))
+	require.NoError(t, os.Symlink("old.jsonl", filepath.Join(dir, "to-old")))
+	require.NoError(t, os.Symlink("new.jsonl", filepath.Join(dir, "to-new")))
+
+	for _, link := range []string{"to-old", "to-new"} {
+		var stdout, stderr bytes.Buffer
+		out := filepath.Join(dir, link)
+		require.Equal(t, 0, runExport([]string{"--db", dbPath, "--out", out}, &stdout, &stderr), stderr.String())
+		require.Contains(t, stderr.String(), "1 steps, 1 audit entries to "+out)
+		st, err := os.Lstat(out)
+		require.NoError(t, err)
+		require.Equal(t, os.ModeSymlink, st.Mode().Type(), "the link stays")
+		data, err := os.ReadFile(out)
+		require.NoError(t, err)
+		require.Len(t, jsonLines(t, data), 2)
+	}
+	st, err := os.Stat(filepath.Join(dir, "old.jsonl"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the replaced file is private like any export")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 4, "no temporary file left")
+}
+
+func TestExportDestination(t *testing.T) {
+	for _, out := range []string{"-", "/dev/stdout"} {
+		dest, err := exportDestination(out, "vigil.db")
+		require.NoError(t, err)
+		require.Equal(t, exportDest{}, dest, "%s is standard output", out)
+	}
+	dir := t.TempDir()
+	dest, err := exportDestination(filepath.Join(dir, "x.jsonl"), "postgres://vigil@localhost/vigil")
+	require.NoError(t, err)
+	require.Equal(t, exportDest{path: filepath.Join(dir, "x.jsonl")}, dest)
+}

@@ -18,6 +18,23 @@ import (
 // not asked for.
 var ErrBackupExists = errors.New("backup destination exists")
 
+// DestinationError is returned by Backup when dest cannot take a copy at all, whatever the
+// database holds: it is empty, the database itself or one of its files, a directory or
+// another file that is not a regular file, or in a directory that does not exist. Backup
+// finds that before it reads or writes anything, so callers can treat it as bad usage.
+type DestinationError struct {
+	// Dest is the destination as the caller gave it.
+	Dest string
+	// Err says what is wrong with it.
+	Err error
+}
+
+func (e *DestinationError) Error() string {
+	return fmt.Sprintf("storage: backup: destination %q: %v", e.Dest, e.Err)
+}
+
+func (e *DestinationError) Unwrap() error { return e.Err }
+
 // BackupResult describes a finished backup.
 type BackupResult struct {
 	// Path is the absolute path of the copy.
@@ -34,22 +51,16 @@ type BackupResult struct {
 // dest under a temporary name, synced, checked with PRAGMA integrity_check, and only then
 // renamed to dest, so dest is either the complete, checked copy or untouched. An existing
 // dest is replaced only when overwrite is true; otherwise Backup fails with ErrBackupExists.
+// A symbolic link at dest is replaced itself, not followed. A dest that cannot take a copy
+// fails with a *DestinationError.
 func Backup(ctx context.Context, src, dest string, overwrite bool) (BackupResult, error) {
 	srcAbs, err := filepath.Abs(src)
 	if err != nil {
 		return BackupResult{}, fmt.Errorf("storage: backup: resolve %q: %w", src, err)
 	}
-	destAbs, err := filepath.Abs(dest)
+	destAbs, err := checkDestination(srcAbs, dest, overwrite)
 	if err != nil {
-		return BackupResult{}, fmt.Errorf("storage: backup: resolve %q: %w", dest, err)
-	}
-	if srcAbs == destAbs {
-		return BackupResult{}, fmt.Errorf("storage: backup: destination %s is the database itself", destAbs)
-	}
-	if !overwrite {
-		if _, err := os.Lstat(destAbs); err == nil {
-			return BackupResult{}, fmt.Errorf("storage: backup: %s: %w", destAbs, ErrBackupExists)
-		}
+		return BackupResult{}, err
 	}
 	// Validates src (exists, a Vigil schema) without ever creating or migrating it.
 	ro, err := OpenReadOnly(ctx, srcAbs)
@@ -69,7 +80,7 @@ func Backup(ctx context.Context, src, dest string, overwrite bool) (BackupResult
 	keep := false
 	defer func() {
 		if !keep {
-			_ = os.Remove(tmpPath)
+			removeCopy(tmpPath)
 		}
 	}()
 
@@ -101,6 +112,58 @@ func Backup(ctx context.Context, src, dest string, overwrite bool) (BackupResult
 		return BackupResult{}, fmt.Errorf("storage: backup: %w", err)
 	}
 	return BackupResult{Path: destAbs, Bytes: st.Size()}, nil
+}
+
+// checkDestination returns dest made absolute once it is known to be able to take a copy
+// of the database at srcAbs (see DestinationError) and, without overwrite, not to exist.
+func checkDestination(srcAbs, dest string, overwrite bool) (string, error) {
+	if dest == "" {
+		return "", &DestinationError{Dest: dest, Err: errors.New("empty path")}
+	}
+	destAbs, err := filepath.Abs(dest)
+	if err != nil {
+		return "", fmt.Errorf("storage: backup: resolve %q: %w", dest, err)
+	}
+	// Compared as files, not only as paths: another spelling, a symbolic or a hard link of
+	// the database would otherwise have it (or its WAL) replaced by a copy of itself.
+	file, err := FindDatabaseFile(srcAbs, destAbs)
+	if err != nil {
+		return "", fmt.Errorf("storage: backup: %w", err)
+	}
+	switch file {
+	case "":
+	case srcAbs:
+		return "", &DestinationError{Dest: dest, Err: errors.New("is the database itself")}
+	default:
+		return "", &DestinationError{Dest: dest, Err: fmt.Errorf("is %s, which belongs to the database", file)}
+	}
+	st, err := os.Lstat(destAbs)
+	switch {
+	case err == nil && st.IsDir():
+		return "", &DestinationError{Dest: dest, Err: errors.New("is a directory")}
+	case err == nil && !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0:
+		return "", &DestinationError{Dest: dest, Err: errors.New("is not a regular file")}
+	case err == nil && !overwrite:
+		return "", fmt.Errorf("storage: backup: %s: %w", destAbs, ErrBackupExists)
+	case err == nil:
+		return destAbs, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("storage: backup: %w", err)
+	}
+	dir := filepath.Dir(destAbs)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", &DestinationError{Dest: dest, Err: fmt.Errorf("directory %s does not exist", dir)}
+	}
+	return destAbs, nil
+}
+
+// removeCopy deletes an unfinished copy with the files SQLite may have left beside it: a
+// write that fails (a full disk) can leave the rollback journal of the transaction that
+// added the journaled steps, and a WAL and its index are removed for good measure.
+func removeCopy(path string) {
+	for _, p := range []string{path, path + "-journal", path + "-wal", path + "-shm"} {
+		_ = os.Remove(p)
+	}
 }
 
 // vacuumInto copies the database at src into the empty file dest. Its connection reads

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,6 +110,74 @@ func TestBackupFailsCleanly(t *testing.T) {
 	_, err = Backup(ctx, db.Path(), dest, false)
 	require.Error(t, err, "the destination directory does not exist")
 	require.NoDirExists(t, filepath.Dir(dest))
+}
+
+// A destination no copy can go to is refused before anything is read or written, even with
+// overwrite: the database and its files however spelled (replacing one with a copy of the
+// database would damage it), directories, a missing directory (and files that are not
+// regular files: backup_unix_test.go).
+func TestBackupRefusesBadDestinations(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	save(t, db, step("s", "allow", 0))
+	require.NoError(t, db.Flush(ctx))
+	dir := filepath.Dir(db.Path())
+	require.NoError(t, os.Symlink(db.Path(), filepath.Join(dir, "link.db")))
+	require.NoError(t, os.Link(db.Path(), filepath.Join(dir, "hard.db")))
+	require.NoError(t, os.Symlink(dir, filepath.Join(dir, "linkdir")))
+	before, err := os.ReadDir(dir)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name, dest, msg string
+	}{
+		{"empty", "", "empty path"},
+		{"itself", db.Path(), "is the database itself"},
+		{"another spelling", filepath.Join(dir, "..", filepath.Base(dir), "vigil.db"), "is the database itself"},
+		{"symbolic link", filepath.Join(dir, "link.db"), "is the database itself"},
+		{"hard link", filepath.Join(dir, "hard.db"), "is the database itself"},
+		{"through a linked directory", filepath.Join(dir, "linkdir", "vigil.db"), "is the database itself"},
+		{"WAL", db.Path() + "-wal", "belongs to the database"},
+		{"rollback journal", db.Path() + "-journal", "belongs to the database"},
+		{"step journal", JournalPaths(db.Path())[0], "belongs to the database"},
+		{"directory", dir, "is a directory"},
+		{"missing directory", filepath.Join(dir, "none", "copy.db"), "does not exist"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Backup(ctx, db.Path(), tc.dest, true)
+			var de *DestinationError
+			require.ErrorAs(t, err, &de)
+			require.Equal(t, tc.dest, de.Dest)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+	after, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written, nothing replaced")
+	require.NoError(t, IntegrityCheck(ctx, db.Path()))
+	_, err = db.Step(ctx, 1)
+	require.NoError(t, err)
+}
+
+// A backup that fails once the copy is written (a full disk, an I/O error) leaves nothing
+// behind: Backup removes its copy with removeCopy, which takes the files SQLite keeps
+// beside a copy while writing it too (what a failed write leaves, made here by hand: a test
+// cannot make SQLite fail a write on purpose).
+func TestFailedCopyLeavesNothing(t *testing.T) {
+	out := t.TempDir()
+	tmp := filepath.Join(out, ".copy.db.123.tmp")
+	for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
+		require.NoError(t, os.WriteFile(tmp+suffix, []byte("partial"), 0o600))
+	}
+	removeCopy(tmp)
+	entries, err := os.ReadDir(out)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	require.Empty(t, left, "left behind: %s", strings.Join(left, ", "))
 }
 
 // IntegrityCheck reports a damaged file.

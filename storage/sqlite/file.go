@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -40,6 +41,76 @@ func checkMissing(abs string) error {
 		"was there: it was deleted or moved. Restore it (for example from a `vigil backup` copy) "+
 		"or, to start over with an empty database on purpose, delete the journal files: %w",
 		ErrDatabaseMissing, abs, strings.Join(found, ", "), fs.ErrNotExist)
+}
+
+// Files are the database file at path and the files beside it that belong to it: SQLite's
+// WAL and WAL index, a rollback journal, the step journal, the lock file and the steps set
+// aside as rejected. A tool that writes a file the user names (export, backup) must write
+// none of them: each is part of the database or of how it is kept safe.
+func Files(path string) []string {
+	j := JournalPaths(path)
+	return []string{path, path + "-wal", path + "-shm", path + "-journal", j[0], j[1],
+		LockPath(path), path + "-rejected.jsonl"}
+}
+
+// FindDatabaseFile returns which of Files(db) the path p names, or "" when none: the same
+// file (os.SameFile, which sees through symbolic and hard links) where both exist, otherwise
+// the same path once both are resolved (ResolvePath), for files not created yet.
+func FindDatabaseFile(db, p string) (string, error) {
+	pres, err := ResolvePath(p)
+	if err != nil {
+		return "", err
+	}
+	pst, perr := os.Stat(p)
+	for _, f := range Files(db) {
+		if perr == nil {
+			if fst, err := os.Stat(f); err == nil {
+				if os.SameFile(pst, fst) {
+					return f, nil
+				}
+				continue
+			}
+		}
+		fres, err := ResolvePath(f)
+		if err != nil {
+			return "", err
+		}
+		if fres == pres {
+			return f, nil
+		}
+	}
+	return "", nil
+}
+
+// maxLinks bounds the symbolic links ResolvePath follows, as the kernel does (ELOOP).
+const maxLinks = 40
+
+// ResolvePath is p made absolute and clean with its symbolic links resolved: those among its
+// directories as far as they exist, and p itself when it is a link, also one whose target
+// does not exist, which is then the file that writing through the link would create.
+func ResolvePath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("storage: resolve %q: %w", p, err)
+	}
+	for range maxLinks {
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			abs = filepath.Join(dir, filepath.Base(abs))
+		}
+		st, err := os.Lstat(abs)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			return abs, nil
+		}
+		target, err := os.Readlink(abs)
+		if err != nil {
+			return "", fmt.Errorf("storage: resolve %q: %w", p, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(abs), target)
+		}
+		abs = filepath.Clean(target)
+	}
+	return "", fmt.Errorf("storage: resolve %q: more than %d symbolic links", p, maxLinks)
 }
 
 // tightenModes makes the database file and its companions private to the owner. New files

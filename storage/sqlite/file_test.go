@@ -149,3 +149,65 @@ func TestDeletedDatabaseIsDetectedAndWrittenBack(t *testing.T) {
 		})
 	}
 }
+
+// FindDatabaseFile sees the database and the files beside it through any spelling: another
+// path, symbolic and hard links, a linked directory, and for files not created yet a path.
+func TestFindDatabaseFile(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "vigil.db")
+	require.NoError(t, os.Mkdir(filepath.Dir(db), 0o700))
+	require.NoError(t, os.WriteFile(db, []byte("db"), 0o600))
+	require.NoError(t, os.WriteFile(db+"-wal", nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other.db"), nil, 0o600))
+	require.NoError(t, os.Symlink(db, filepath.Join(dir, "link.db")))
+	require.NoError(t, os.Link(db, filepath.Join(dir, "hard.db")))
+	require.NoError(t, os.Symlink(filepath.Dir(db), filepath.Join(dir, "linkdir")))
+	require.NoError(t, os.Symlink("data/vigil.db-journal", filepath.Join(dir, "dangling")))
+
+	tests := []struct {
+		name, p, want string
+	}{
+		{"itself", db, db},
+		{"another spelling", filepath.Join(dir, "data", "..", "data", "vigil.db"), db},
+		{"symbolic link", filepath.Join(dir, "link.db"), db},
+		{"hard link", filepath.Join(dir, "hard.db"), db},
+		{"through a linked directory", filepath.Join(dir, "linkdir", "vigil.db"), db},
+		{"WAL", db + "-wal", db + "-wal"},
+		{"rollback journal not created yet", filepath.Join(dir, "linkdir", "vigil.db-journal"), db + "-journal"},
+		{"link to a file not created yet", filepath.Join(dir, "dangling"), db + "-journal"},
+		{"step journal", JournalPaths(db)[1], JournalPaths(db)[1]},
+		{"lock file", LockPath(db), LockPath(db)},
+		{"another file", filepath.Join(dir, "other.db"), ""},
+		{"a new file", filepath.Join(dir, "new.jsonl"), ""},
+		{"the directory", filepath.Dir(db), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := FindDatabaseFile(db, tc.p)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestResolvePath(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "real"), 0o700))
+	require.NoError(t, os.Symlink("real", filepath.Join(dir, "linkdir")))
+	require.NoError(t, os.Symlink("linkdir/b", filepath.Join(dir, "a")))
+	require.NoError(t, os.Symlink("loop2", filepath.Join(dir, "loop1")))
+	require.NoError(t, os.Symlink("loop1", filepath.Join(dir, "loop2")))
+
+	got, err := ResolvePath(filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "real", "b"), got, "a link to a file that does not exist leads to it")
+	got, err = ResolvePath(filepath.Join(dir, "missing", "..", "linkdir", "x"))
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "real", "x"), got)
+	got, err = ResolvePath(filepath.Join(dir, "nodir", "x"))
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "nodir", "x"), got, "directories that do not exist are kept")
+	_, err = ResolvePath(filepath.Join(dir, "loop1"))
+	require.ErrorContains(t, err, "symbolic links")
+}
