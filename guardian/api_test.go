@@ -1,10 +1,16 @@
 package guardian_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +18,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
 // Any session id can be named in the API's paths, percent-encoded. A lone encoded slash
@@ -146,4 +153,145 @@ func TestWrongURLsAreNotTheConsole(t *testing.T) {
 			require.Equal(t, tt.code, body.Error.Code)
 		})
 	}
+}
+
+// loadCountingStore counts what Steps loads: the handler of a session's steps must not
+// load more than it can send.
+type loadCountingStore struct {
+	guardian.Store
+	reads, rows, bytes atomic.Int64
+}
+
+func (s *loadCountingStore) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error) {
+	steps, err := s.Store.Steps(ctx, q)
+	s.reads.Add(1)
+	s.rows.Add(int64(len(steps)))
+	for i := range steps {
+		s.bytes.Add(int64(record.StepBulk(&steps[i])))
+	}
+	return steps, err
+}
+
+func (s *loadCountingStore) reset() { s.reads.Store(0); s.rows.Store(0); s.bytes.Store(0) }
+
+// newCountingEnv is newEnv with the store wrapped in a loadCountingStore.
+func newCountingEnv(t *testing.T, cfg guardian.Config) (*env, *loadCountingStore) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{ManualIndex: true})
+	require.NoError(t, err)
+	store := &loadCountingStore{Store: db}
+	g, err := guardian.New(cfg, guardian.Options{Store: store})
+	require.NoError(t, err)
+	e := &env{t: t, path: path, db: db, srv: httptest.NewServer(g.Handler())}
+	t.Cleanup(e.close)
+	return e, store
+}
+
+// stepsAnswer is the answer of GET /api/sessions/{id}/steps.
+type stepsAnswer struct {
+	Steps []record.StepRecord `json:"steps"`
+	Next  *int64              `json:"next"`
+}
+
+// A page of a session's big steps loads about what it can send, not limit rows of them:
+// the answer is bounded by MaxPageBytes, and so is what the handler reads to make it.
+// Following the cursor still returns every step once, in order.
+func TestSessionStepsLoadIsBoundedByBytes(t *testing.T) {
+	const maxPage, steps, text = 1 << 20, 40, 256 << 10 // a step: its text and a request holding it
+	e, store := newCountingEnv(t, guardian.Config{MaxPageBytes: maxPage})
+	for i := range steps {
+		status, b := e.post(bigStep("big", fmt.Sprintf("s%d", i), text))
+		require.Equal(t, http.StatusOK, status, string(b))
+	}
+	require.NoError(t, e.db.Flush(context.Background()))
+
+	store.reset()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var page stepsAnswer
+	require.Equal(t, http.StatusOK, e.get("/api/sessions/big/steps", &page))
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a page of 1 step of %d: %d reads loaded %d rows, %.1f MiB; %.1f MiB allocated",
+		steps, store.reads.Load(), store.rows.Load(), float64(store.bytes.Load())/(1<<20), float64(allocated)/(1<<20))
+	require.Len(t, page.Steps, 1, "a second step does not fit in the answer")
+	require.NotNil(t, page.Next)
+	require.Equal(t, page.Steps[0].Seq, *page.Next)
+	// The first read: the step sent and one that does not fit (before: limit rows, 20 MiB).
+	require.LessOrEqual(t, store.bytes.Load(), int64(2*maxPage), "rows loaded beyond the answer")
+	require.Less(t, allocated, uint64(16*maxPage), "bytes allocated to answer")
+
+	var seqs []int64
+	after0 := int64(0)
+	for range steps + 1 {
+		var p stepsAnswer
+		require.Equal(t, http.StatusOK, e.get(fmt.Sprintf("/api/sessions/big/steps?after=%d", after0), &p))
+		for _, s := range p.Steps {
+			seqs = append(seqs, s.Seq)
+		}
+		if p.Next == nil {
+			break
+		}
+		after0 = *p.Next
+	}
+	require.Len(t, seqs, steps)
+	require.IsIncreasing(t, seqs)
+}
+
+// The cursor of a session's steps, read in several pieces now: next is the last step sent
+// when the answer stopped at limit (or at the byte bound, above), and null when the
+// session has no more steps.
+func TestSessionStepsCursor(t *testing.T) {
+	const n = 150
+	e, store := newCountingEnv(t, guardian.Config{})
+	for i := range n {
+		status, b := e.post(bigStep("s", fmt.Sprintf("s%d", i), 10))
+		require.Equal(t, http.StatusOK, status, string(b))
+	}
+	var all stepsAnswer
+	require.Equal(t, http.StatusOK, e.get("/api/sessions/s/steps?limit=500", &all))
+	require.Len(t, all.Steps, n)
+	require.Nil(t, all.Next)
+	seq := func(i int) int64 { return all.Steps[i].Seq }
+
+	for _, tc := range []struct {
+		name     string
+		query    string
+		first    int // index of the first step sent
+		count    int
+		wantNext int // index of the step next names; -1: null
+	}{
+		{"default limit, more than there are", "", 0, n, -1},
+		{"limit", "?limit=5", 0, 5, 4},
+		{"limit past several reads", "?limit=130", 0, 130, 129},
+		{"limit equal to what is left", fmt.Sprintf("?after=%d&limit=10", seq(139)), 140, 10, 149},
+		{"fewer than limit", fmt.Sprintf("?after=%d&limit=11", seq(139)), 140, 10, -1},
+		{"after the last", fmt.Sprintf("?after=%d", seq(n-1)), 0, 0, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store.reset()
+			var p stepsAnswer
+			require.Equal(t, http.StatusOK, e.get("/api/sessions/s/steps"+tc.query, &p))
+			require.NotNil(t, p.Steps, "an empty page is [], not null")
+			require.Len(t, p.Steps, tc.count)
+			for i, s := range p.Steps {
+				require.Equal(t, seq(tc.first+i), s.Seq)
+			}
+			if tc.wantNext < 0 {
+				require.Nil(t, p.Next)
+			} else {
+				require.NotNil(t, p.Next)
+				require.Equal(t, seq(tc.wantNext), *p.Next)
+			}
+			// Small steps take a few reads, not one per step.
+			require.LessOrEqual(t, store.reads.Load(), int64(10))
+		})
+	}
+	var apiErr struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	require.Equal(t, http.StatusNotFound, e.get("/api/sessions/nope/steps", &apiErr))
+	require.Equal(t, "not_found", apiErr.Error.Code)
 }

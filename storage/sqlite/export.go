@@ -19,9 +19,15 @@ import (
 	"time"
 )
 
-// exportPage is how many rows one query of Export reads: memory stays bounded by a page
-// however large the database, and no read transaction stays open for the whole export.
-const exportPage = 500
+// A page of Export is one query: it ends after exportPage rows, or once its steps' request,
+// response and text (record.StepBulk) add up to exportPageBytes, so that memory stays
+// bounded by a page however large the database and its steps (a step bigger than that is
+// a page alone), and no read transaction stays open for the whole export. Audit entries are
+// paged the same way by their note, diff and detail.
+const (
+	exportPage      = 500
+	exportPageBytes = 16 << 20
+)
 
 // querier is what Export reads through: a DB's reader pool or a ReadOnly handle.
 type querier interface {
@@ -252,7 +258,7 @@ func exportStoredSteps(ctx context.Context, q querier, w *bufio.Writer, opts rec
 		if err != nil {
 			return n, last, fmt.Errorf("storage: export steps: %w", err)
 		}
-		page, err := collectSteps(rows, exportPage)
+		page, more, err := collectPage(rows, scanStep, record.StepBulk)
 		if err != nil {
 			return n, last, fmt.Errorf("storage: export steps: %w", err)
 		}
@@ -262,11 +268,31 @@ func exportStoredSteps(ctx context.Context, q querier, w *bufio.Writer, opts rec
 			}
 			n++
 		}
-		if len(page) < exportPage {
+		if !more {
 			return n, last, nil
 		}
 		after = page[len(page)-1].Seq
 	}
+}
+
+// collectPage reads rows with scan until they end, exportPage have been read, or the
+// sizes of those read add up to exportPageBytes; more reports that it stopped before the
+// rows ended. It closes rows, which ends the page's read.
+func collectPage[T any](rows *sql.Rows, scan func(scanner) (T, error), size func(*T) int) (page []T, more bool, err error) {
+	defer rows.Close()
+	bytes := 0
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		page = append(page, v)
+		bytes += size(&page[len(page)-1])
+		if len(page) == exportPage || bytes >= exportPageBytes {
+			return page, true, nil
+		}
+	}
+	return page, false, rows.Err()
 }
 
 func exportAudit(ctx context.Context, q querier, w *bufio.Writer, opts record.ExportOptions) (int64, error) {
@@ -282,7 +308,7 @@ func exportAudit(ctx context.Context, q querier, w *bufio.Writer, opts record.Ex
 		if err != nil {
 			return n, fmt.Errorf("storage: export audit: %w", err)
 		}
-		page, err := collectAudit(rows)
+		page, more, err := collectPage(rows, scanAudit, auditBulk)
 		if err != nil {
 			return n, fmt.Errorf("storage: export audit: %w", err)
 		}
@@ -292,35 +318,35 @@ func exportAudit(ctx context.Context, q querier, w *bufio.Writer, opts record.Ex
 			}
 			n++
 		}
-		if len(page) < exportPage {
+		if !more {
 			return n, nil
 		}
 		after = page[len(page)-1].ID
 	}
 }
 
-// collectAudit reads rows of auditColumns the way ListAudit does.
-func collectAudit(rows *sql.Rows) ([]record.AuditEntry, error) {
-	defer rows.Close()
-	var entries []record.AuditEntry
-	for rows.Next() {
-		var (
-			e            record.AuditEntry
-			at           int64
-			diff, detail sql.NullString
-		)
-		if err := rows.Scan(&e.ID, &e.Seq, &at, &e.Type, &e.Operator, &e.SessionID, &e.HoldID,
-			&e.RuleID, &e.Decision, &e.Note, &diff, &detail); err != nil {
-			return nil, err
-		}
-		e.At = time.Unix(0, at).UTC()
-		if diff.Valid {
-			e.Diff = json.RawMessage(diff.String)
-		}
-		if detail.Valid {
-			e.Detail = json.RawMessage(detail.String)
-		}
-		entries = append(entries, e)
+// scanAudit reads a row of auditColumns the way ListAudit does.
+func scanAudit(s scanner) (record.AuditEntry, error) {
+	var (
+		e            record.AuditEntry
+		at           int64
+		diff, detail sql.NullString
+	)
+	if err := s.Scan(&e.ID, &e.Seq, &at, &e.Type, &e.Operator, &e.SessionID, &e.HoldID,
+		&e.RuleID, &e.Decision, &e.Note, &diff, &detail); err != nil {
+		return record.AuditEntry{}, err
 	}
-	return entries, rows.Err()
+	e.At = time.Unix(0, at).UTC()
+	if diff.Valid {
+		e.Diff = json.RawMessage(diff.String)
+	}
+	if detail.Valid {
+		e.Detail = json.RawMessage(detail.String)
+	}
+	return e, nil
+}
+
+// auditBulk is the size of an audit entry's fields that can be large (edited params).
+func auditBulk(e *record.AuditEntry) int {
+	return len(e.Note) + len(e.Diff) + len(e.Detail)
 }

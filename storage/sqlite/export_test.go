@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -283,4 +285,45 @@ func TestExportSinceOutOfOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, res.Steps)
 	require.Empty(t, out.String())
+}
+
+// heapSampler discards what is written and records the largest live heap seen at a write.
+type heapSampler struct{ peak uint64 }
+
+func (h *heapSampler) Write(b []byte) (int, error) {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	h.peak = max(h.peak, m.HeapAlloc)
+	return len(b), nil
+}
+
+// An export reads a page of rows at a time, and a page is bounded by its steps' bytes as
+// well as by rows: steps of a few MiB each do not make it hold a whole 500-row page of them.
+func TestExportPagesAreBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	const steps, half = 48, 1 << 20 // request and response 1 MiB each: 96 MiB of steps
+	body := json.RawMessage(`{"pad":"` + strings.Repeat("x", half-10) + `"}`)
+	for i := range steps {
+		rec := step("s", "allow", time.Duration(i))
+		rec.Request, rec.Response = body, body
+		save(t, db, rec)
+	}
+	require.NoError(t, db.Flush(ctx))
+
+	// The collector runs often, so that the heap sampled at each write is close to what the
+	// export holds.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	w := &heapSampler{}
+	res, err := db.Export(ctx, w, record.ExportOptions{Steps: true})
+	require.NoError(t, err)
+	require.EqualValues(t, steps, res.Steps)
+	held := int64(w.peak) - int64(base.HeapAlloc)
+	t.Logf("%d steps of %d MiB: export held at most %.1f MiB more than before it", steps, 2*half>>20, float64(held)/(1<<20))
+	// One page (exportPageBytes and the row that passes it), a copy of each value from
+	// the driver, the encoding of one step, the collector's slack.
+	require.Less(t, held, int64(2*(exportPageBytes+2*2*half)), "a page is bounded by bytes")
 }

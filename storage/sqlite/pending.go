@@ -93,6 +93,16 @@ func lastSeq(ctx context.Context, q querier) (int64, error) {
 // replayJournal runs at Open, before the writer starts: it copies into SQLite the steps a
 // crash left in the journal (those after the newest stored seq) and sets the next seq.
 func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
+	for _, j := range db.journals {
+		if d := j.damage; d != nil {
+			// Answered steps may be among the dropped bytes: say so loudly, with the copy
+			// that holds them, before the journal is emptied.
+			db.log.Error("storage: step journal damaged; the damaged records are dropped, "+
+				"the intact ones recovered, and the journal as it was kept beside it",
+				"journal", j.path, "copy", d.copy, "droppedRecords", d.records,
+				"droppedBytes", d.bytes, "intactRecords", d.intact)
+		}
+	}
 	last, err := lastSeq(ctx, db.w)
 	if err != nil {
 		return err

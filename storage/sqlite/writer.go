@@ -826,13 +826,25 @@ func (db *DB) runOp(b *batchTx, o *op) (opErr, txErr error) {
 	opErr = protect(o.run, b)
 	if opErr != nil {
 		if _, err := b.stmt(b.stmts.rollbackTo).Exec(); err != nil {
-			return opErr, fmt.Errorf("storage: rollback to savepoint: %w", err)
+			return opErr, afterOp(opErr, fmt.Errorf("storage: rollback to savepoint: %w", err))
 		}
 	}
 	if _, err := b.stmt(b.stmts.release).Exec(); err != nil {
-		return opErr, fmt.Errorf("storage: release savepoint: %w", err)
+		return opErr, afterOp(opErr, fmt.Errorf("storage: release savepoint: %w", err))
 	}
 	return opErr, nil
+}
+
+// afterOp is the error of a savepoint statement that failed after the op failed with
+// opErr (nil: the op succeeded). Some errors (a full disk, an I/O error) make SQLite roll
+// back the whole transaction, savepoint included, so the rollback then fails with "no such
+// savepoint": opErr is the cause and comes first, so that the log names it and errors.As
+// finds it before the rollback's.
+func afterOp(opErr, err error) error {
+	if opErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w; then %w", opErr, err)
 }
 
 // protect runs fn, turning a panic into an error so one bad write cannot stop the writer.

@@ -7,16 +7,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vigil-guardian/vigil/record"
+	"modernc.org/sqlite"
 )
 
 func TestGroupCommitConcurrentWriters(t *testing.T) {
@@ -394,4 +397,46 @@ func TestFlushAfterFailedIngestStoresEverything(t *testing.T) {
 
 	require.NoError(t, db.Flush(ctx))
 	require.Equal(t, 2, rawCount(t, db, "steps"), "the failed attempt's step and the later one")
+}
+
+// A full disk makes SQLite roll back the whole transaction, savepoints included, so undoing
+// the failed write's savepoint fails too. The error returned (and logged at every retry)
+// must name the full disk, not only the rollback that could not run. The answered step is
+// not lost: it waits in the journal, and the next start stores it.
+func TestFullDiskIsNamed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	logs := &syncBuffer{}
+	db, err := Open(ctx, path, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), IngestDelay: time.Hour})
+	require.NoError(t, err)
+	// max_page_count belongs to the connection: set on the writer's, the database is full
+	// for every later write that needs a new page, as on a full disk.
+	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
+		var pages int
+		if err := tx.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
+			return err
+		}
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages))
+		return err
+	}))
+	big := step("s", "allow", 0)
+	big.Request = json.RawMessage(`{"pad":"` + strings.Repeat("x", 256<<10) + `"}`)
+	save(t, db, big)
+
+	const sqliteFull = 13
+	err = db.Flush(ctx)
+	var se *sqlite.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, sqliteFull, se.Code()&0xff, "the first SQLite error in the chain is the cause: %v", err)
+	require.ErrorContains(t, err, "database or disk is full")
+	require.ErrorContains(t, err, "rollback to savepoint", "what failed after it is kept too")
+	require.Contains(t, logs.String(), "database or disk is full")
+	require.NoError(t, db.Close())
+
+	db, err = Open(ctx, path, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	got, err := db.Step(ctx, big.Seq)
+	require.NoError(t, err)
+	require.Equal(t, *big, got)
 }
