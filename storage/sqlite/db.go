@@ -125,6 +125,8 @@ type DB struct {
 	// pendingN counts journaled steps not yet stored (pending and in flight); room signals
 	// (on jmu) that it went down, failing that storing them fails.
 	pendingN atomic.Int64
+	// backlogBytes is the JSON of those steps, which they hold in memory until stored.
+	backlogBytes atomic.Int64
 	room     *sync.Cond
 	failing  atomic.Bool
 	// kick starts the writer's ingestion timer; ingestKick asks for an ingestion now.

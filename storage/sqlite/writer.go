@@ -294,6 +294,9 @@ const (
 	// for the writer to store some, or, while storing fails (a full disk), is refused: the
 	// guardian must answer with errors rather than grow the journal without bound.
 	maxPending = 16 * ingestSteps
+	// maxBacklogBytes bounds the same backlog by size: the steps wait in memory (with their
+	// requests) until stored, and a few large ones weigh more than thousands of small ones.
+	maxBacklogBytes = 16 * ingestBytes
 )
 
 // ErrBacklog is returned by SaveStep while SQLite cannot take the journaled steps.
@@ -312,7 +315,7 @@ func (db *DB) journalStep(a *stepArgs, buf []byte) (int64, error) {
 	db.waiting.Add(1)
 	db.jmu.Lock()
 	db.waiting.Add(-1)
-	for db.pendingN.Load() >= maxPending {
+	for db.pendingN.Load() >= maxPending || db.backlogBytes.Load() >= maxBacklogBytes {
 		// Steps come faster than SQLite takes them: wait for room, unless it is failing.
 		if db.failing.Load() {
 			db.jmu.Unlock()
@@ -399,6 +402,7 @@ func (db *DB) lead(own *jrec) {
 		}
 		db.pending = append(db.pending, pendingStep{seq: r.seq, args: r.args, json: r.payload})
 		db.pendingBytes += len(r.payload)
+		db.backlogBytes.Add(int64(len(r.payload)))
 		db.pendSessions[r.args.SessionID]++
 	}
 	if err == nil {
@@ -558,6 +562,11 @@ func (db *DB) forget(steps []pendingStep) {
 		}
 	}
 	db.pendingN.Add(-int64(len(steps)))
+	var n int64
+	for _, p := range steps {
+		n += int64(len(p.json))
+	}
+	db.backlogBytes.Add(-n)
 	db.failing.Store(false)
 	db.room.Broadcast()
 }

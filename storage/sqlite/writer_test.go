@@ -440,3 +440,39 @@ func TestFullDiskIsNamed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, *big, got)
 }
+
+// While SQLite cannot take steps (a full disk), the journaled ones wait in memory with their
+// requests: the backlog is bounded by bytes as well as by count, and past it a step is
+// refused (the agent gets an error) rather than held.
+func TestBacklogIsBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), Options{IngestDelay: time.Hour, ManualIndex: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(ctx, func(tx *sql.Tx) error {
+		var pages int
+		if err := tx.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
+			return err
+		}
+		_, err := tx.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages))
+		return err
+	}))
+	big := func(i int) *record.StepRecord {
+		s := step("s", "allow", time.Duration(i))
+		s.Request = json.RawMessage(`{"pad":"` + strings.Repeat("x", 4<<20) + `"}`)
+		return s
+	}
+	save(t, db, big(0))
+	require.Error(t, db.Flush(ctx), "the disk is full: storing fails")
+	saved, refused := 1, false
+	for ; saved < 2*maxBacklogBytes/(4<<20); saved++ {
+		if err := db.SaveStep(ctx, big(saved)); err != nil {
+			require.ErrorIs(t, err, ErrBacklog)
+			refused = true
+			break
+		}
+	}
+	require.True(t, refused, "refused by size (%d steps), long before the count (%d)", saved, maxPending)
+	require.LessOrEqual(t, db.backlogBytes.Load(), int64(maxBacklogBytes+(5<<20)))
+	// Closing keeps the journaled steps for the next start (the disk is still full).
+	_ = db.Close()
+}
