@@ -127,8 +127,8 @@ type DB struct {
 	pendingN atomic.Int64
 	// backlogBytes is the JSON of those steps, which they hold in memory until stored.
 	backlogBytes atomic.Int64
-	room     *sync.Cond
-	failing  atomic.Bool
+	room         *sync.Cond
+	failing      atomic.Bool
 	// kick starts the writer's ingestion timer; ingestKick asks for an ingestion now.
 	kick, ingestKick chan struct{}
 	// jq holds steps waiting for a journal write; jleader is set while a SaveStep leads
