@@ -1,5 +1,6 @@
 // Package gateway holds what Vigil's protocol gateways (gateway/aap, gateway/agentapi,
-// gateway/mcp) share: how an upstream is named on the command line.
+// gateway/mcp) share: how an upstream is named on the command line, and a deadline for each
+// write to a client.
 package gateway
 
 import (

@@ -213,6 +213,7 @@ func (gw *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 // handleProcess serves POST /process: judge the input, call the upstream, judge and apply
 // what it answers.
 func (gw *Gateway) handleProcess(w http.ResponseWriter, r *http.Request) {
+	w = gateway.TimedWriter(w, r)
 	received := gw.now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gw.cfg.MaxBodyBytes))
 	if err != nil {

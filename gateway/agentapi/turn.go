@@ -38,13 +38,16 @@ type turn struct {
 	// rounds so the client sees one response.
 	responseID string
 	round      int
-	msgs       map[string]*held
-	heldBytes  int
+	// msgs are the messages under way (started, not completed); heldBytes is what they
+	// cost (ids and the events held back), bounded by MaxEventBytes.
+	msgs      map[string]*held
+	heldBytes int
 	// replace maps an output item's id to what the client gets instead (nil: nothing).
 	replace map[string][]byte
 	// sent maps the id of a message the client got as the upstream sent it to that message
-	// (its sequence_number null, as in an output list); sentBytes is their size, bounded
-	// by MaxResponseBytes as a non-streamed answer is.
+	// (its sequence_number null, as in an output list). sentBytes is what sent, replace and
+	// added keep until the final response, bounded by MaxResponseBytes as a non-streamed
+	// answer is.
 	sent      map[string][]byte
 	sentBytes int64
 	// added are messages the gateway put in the output (notices).
@@ -64,7 +67,13 @@ type held struct {
 	typ    string
 	buffer bool
 	events [][]byte
+	// cost is what keeping it under way costs against heldBytes besides its events.
+	cost int
 }
+
+// openCost is what a message under way costs beyond its id and type (its entry in
+// turn.msgs), so that many small ones are bounded as well.
+const openCost = 128
 
 func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request, received time.Time) (*turn, error) {
 	t := &turn{gw: gw, w: w, rc: http.NewResponseController(w), r: r, ctx: r.Context(), req: req,
@@ -844,7 +853,13 @@ func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
 		}
 		m := t.msgs[h.ID]
 		if m == nil {
-			m = &held{typ: h.Type}
+			m = &held{typ: h.Type, cost: len(h.ID) + len(h.Type) + openCost}
+			// Kept until its completion, which may never come: the messages under way count
+			// against what the turn holds at once, each as long as an event may be.
+			t.heldBytes += m.cost
+			if t.heldBytes > t.gw.cfg.MaxEventBytes {
+				return nil, h, false, &upstreamError{msg: "the upstream's messages under way exceed " + sizeText(t.gw.cfg.MaxEventBytes), err: errTooLarge}
+			}
 			m.buffer = t.buffers(h.Type)
 			t.msgs[h.ID] = m
 		} else if msgType(h.Type) != msgType(m.typ) {
@@ -860,6 +875,7 @@ func (t *turn) event(ev []byte) (final []byte, h head, done bool, err error) {
 			return nil, h, false, nil
 		}
 		delete(t.msgs, h.ID)
+		t.heldBytes -= m.cost
 		return nil, h, false, t.finish(m, ev, &h)
 	case "content":
 		var c content
@@ -918,11 +934,43 @@ func (t *turn) hold(m *held, ev []byte) error {
 // final response's output items the client was given from those it must judge.
 func (t *turn) remember(id string, ev []byte) error {
 	item := outputItem(ev)
-	t.sentBytes += int64(len(item) - len(t.sent[id]))
+	old, had := t.sent[id]
+	if err := t.keep(entryCost(id, had, item, old)); err != nil {
+		return err
+	}
+	t.sent[id] = item
+	return nil
+}
+
+// replaceWith keeps what the client gets in place of the output item id (nil: nothing).
+func (t *turn) replaceWith(id string, item []byte) error {
+	old, had := t.replace[id]
+	if err := t.keep(entryCost(id, had, item, old)); err != nil {
+		return err
+	}
+	t.replace[id] = item
+	return nil
+}
+
+// entryCost is what putting item under id in place of old (had: there was an entry)
+// adds to what a turn keeps.
+func entryCost(id string, had bool, item, old []byte) int {
+	n := len(item) - len(old)
+	if !had {
+		n += len(id)
+	}
+	return n
+}
+
+// keep charges n more bytes kept until the final response to the bound of
+// MaxResponseBytes. Whatever the turn keeps counts: the messages sent, the judged messages
+// that replace them (a redacted copy of each) and the notices added; before, only the
+// first did, and a rule redacting every message kept a copy of each beyond the bound.
+func (t *turn) keep(n int) error {
+	t.sentBytes += int64(n)
 	if t.sentBytes > t.gw.cfg.MaxResponseBytes {
 		return &upstreamError{msg: "the upstream's streamed messages exceed " + sizeText(int(t.gw.cfg.MaxResponseBytes)), err: errTooLarge}
 	}
-	t.sent[id] = item
 	return nil
 }
 
@@ -946,11 +994,16 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 	}
 	switch {
 	case j.out == nil:
-		t.replace[h.ID] = nil
+		if err := t.replaceWith(h.ID, nil); err != nil {
+			return err
+		}
 		if j.notice != nil {
-			t.emitMessage(*j.notice)
 			b, _ := json.Marshal(j.notice)
 			b, _ = setKey(b, "sequence_number", []byte("null"))
+			if err := t.keep(len(b)); err != nil {
+				return err
+			}
+			t.emitMessage(*j.notice)
 			t.added = append(t.added, b)
 		}
 	case bytes.Equal(j.out, ev) && t.agree(m, ev):
@@ -965,12 +1018,18 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 		t.emit(ev, h)
 	case !m.buffer:
 		// Its start and content went out as they came; only its completion carries more.
-		t.emit(j.out, h)
 		item, _ := setKey(j.out, "sequence_number", []byte("null"))
-		t.replace[h.ID] = item
+		if err := t.replaceWith(h.ID, item); err != nil {
+			return err
+		}
+		t.emit(j.out, h)
 	default:
 		// Changed, or streamed otherwise than judged: the message's start, the judged
 		// content whole, its completion.
+		item, _ := setKey(j.out, "sequence_number", []byte("null"))
+		if err := t.replaceWith(h.ID, item); err != nil {
+			return err
+		}
 		if len(m.events) > 0 {
 			var eh head
 			_ = json.Unmarshal(m.events[0], &eh)
@@ -995,8 +1054,6 @@ func (t *turn) finish(m *held, ev []byte, h *head) error {
 			t.write(append(append([]byte("data: "), ce...), '\n', '\n'))
 		}
 		t.emit(j.out, h)
-		item, _ := setKey(j.out, "sequence_number", []byte("null"))
-		t.replace[h.ID] = item
 	}
 	return nil
 }

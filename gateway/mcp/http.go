@@ -3,6 +3,7 @@ package mcp
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-guardian/vigil/gateway"
@@ -32,8 +34,13 @@ type Config struct {
 	// (default 64 MiB).
 	MaxMessageBytes int
 	// MaxSessions bounds the MCP sessions the proxy keeps state for (default 1024); the
-	// oldest is forgotten first.
+	// least recently used is forgotten first. A session is kept only once the server
+	// accepted its id.
 	MaxSessions int
+	// MaxReplies bounds Vigil's own answers to the server's refused requests that are on
+	// their way to the server at once (default 64); past it an answer is dropped, and
+	// logged.
+	MaxReplies int
 	// ProgressEvery is how often a held tools/call gets a progress notification (10s).
 	ProgressEvery time.Duration
 	// ShowDenied keeps in tools/list answers the tools a rule denies outright (by default
@@ -64,8 +71,18 @@ type Gateway struct {
 	keyOf  func(ctx context.Context) (id, agentID string, ok bool)
 
 	mu       sync.Mutex
-	sessions map[string]*Session
-	order    []string // session ids, oldest first
+	sessions map[string]*list.Element // of *sessionEntry, by MCP session id
+	lru      *list.List               // most recently used first
+
+	// replies holds a slot per answer to the server in flight (replyUpstream); dropped
+	// counts the answers dropped for want of one.
+	replies chan struct{}
+	dropped atomic.Int64
+}
+
+type sessionEntry struct {
+	sid string
+	s   *Session
 }
 
 // New builds a gateway.
@@ -85,8 +102,12 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 1024
 	}
+	if cfg.MaxReplies <= 0 {
+		cfg.MaxReplies = 64
+	}
 	gw := &Gateway{cfg: cfg, dec: opts.Decider, client: opts.Client, log: opts.Logger, wrap: opts.Wrap,
-		keyOf: opts.KeyOf, sessions: map[string]*Session{}}
+		keyOf: opts.KeyOf, sessions: map[string]*list.Element{}, lru: list.New(),
+		replies: make(chan struct{}, cfg.MaxReplies)}
 	if gw.client == nil {
 		gw.client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
@@ -120,6 +141,7 @@ func Refuse(w http.ResponseWriter, status int, message string, _ time.Duration) 
 const sessionHeader = "Mcp-Session-Id"
 
 func (gw *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	w = gateway.TimedWriter(w, r)
 	switch r.Method {
 	case http.MethodPost:
 		gw.post(w, r)
@@ -133,20 +155,19 @@ func (gw *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// session returns the state of the MCP session a request names; a request without a
-// session id (initialize) gets a fresh one, registered when the server names it.
+// session returns the state of the MCP session a request names. A session id the gateway
+// does not know (none: initialize) gets fresh state, kept only once the server accepts the
+// session (accepted): a client that makes ids up must not push out the state of the
+// sessions the server runs (the tool definitions rules read, the requests in flight).
 func (gw *Gateway) session(r *http.Request) *Session {
 	sid := r.Header.Get(sessionHeader)
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
-	if s, ok := gw.sessions[sid]; ok && sid != "" {
-		return s
+	if e, ok := gw.sessions[sid]; ok && sid != "" {
+		gw.lru.MoveToFront(e)
+		return e.Value.(*sessionEntry).s
 	}
-	s := gw.newSession(r)
-	if sid != "" {
-		gw.remember(sid, s)
-	}
-	return s
+	return gw.newSession(r)
 }
 
 func (gw *Gateway) newSession(r *http.Request) *Session {
@@ -181,30 +202,42 @@ func vigilSession(upstream, sid string) string {
 	return id
 }
 
-// remember keeps s as the state of session sid, forgetting the oldest beyond the bound.
-func (gw *Gateway) remember(sid string, s *Session) {
-	if _, ok := gw.sessions[sid]; !ok {
-		gw.order = append(gw.order, sid)
+// accepted keeps s as the state of the session the server's answer resp names (without a
+// session id of its own, the one the request named, reqSID), when the server accepted the
+// request (2xx): its state is then worth keeping. Beyond MaxSessions the least recently
+// used session is forgotten.
+func (gw *Gateway) accepted(s *Session, reqSID string, resp *http.Response) {
+	if !success(resp.StatusCode) {
+		return
 	}
-	gw.sessions[sid] = s
-	for len(gw.order) > gw.cfg.MaxSessions {
-		delete(gw.sessions, gw.order[0])
-		gw.order = gw.order[1:]
+	sid := resp.Header.Get(sessionHeader)
+	if sid == "" {
+		sid = reqSID
+	}
+	if sid == "" {
+		return // a server without sessions: nothing outlives the request
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	if e, ok := gw.sessions[sid]; ok {
+		gw.lru.MoveToFront(e)
+		return
+	}
+	s.SetID(vigilSession(gw.cfg.Name, sid))
+	gw.sessions[sid] = gw.lru.PushFront(&sessionEntry{sid: sid, s: s})
+	for gw.lru.Len() > gw.cfg.MaxSessions {
+		old := gw.lru.Back()
+		gw.lru.Remove(old)
+		delete(gw.sessions, old.Value.(*sessionEntry).sid)
 	}
 }
 
 func (gw *Gateway) forget(sid string) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
-	if _, ok := gw.sessions[sid]; !ok {
-		return
-	}
-	delete(gw.sessions, sid)
-	for i, v := range gw.order {
-		if v == sid {
-			gw.order = append(gw.order[:i], gw.order[i+1:]...)
-			break
-		}
+	if e, ok := gw.sessions[sid]; ok {
+		gw.lru.Remove(e)
+		delete(gw.sessions, sid)
 	}
 }
 
@@ -344,8 +377,20 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, awaited := awaitedID(act.Forward)
+	// settled ends the request's time in flight when this exchange is its last chance of an
+	// answer: the server could not be reached, refused it with an HTTP error, or answered
+	// in anything but an event stream (which a client may resume later, the answer still
+	// to come). Each caller settles before the client reads anything, so a client cannot
+	// have sent the id again (in breach of the protocol) by then. Without it, every such
+	// request stayed in flight for good, and MaxPending of them refused every call.
+	settled := func() {
+		if awaited {
+			s.forget(id)
+		}
+	}
 	resp, err := gw.upstream(r.Context(), http.MethodPost, r.Header, act.Forward)
 	if err != nil {
+		settled()
 		if sse != nil {
 			gw.log.Warn("upstream unreachable", "err", err)
 			sse.event(errorResponse(id, codeUpstream, "the MCP server is unreachable"))
@@ -355,16 +400,9 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	if sid := resp.Header.Get(sessionHeader); sid != "" {
-		gw.mu.Lock()
-		if _, known := gw.sessions[sid]; !known {
-			s.SetID(vigilSession(gw.cfg.Name, sid))
-			gw.remember(sid, s)
-		}
-		gw.mu.Unlock()
-	}
+	gw.accepted(s, r.Header.Get(sessionHeader), resp)
 	if sse != nil {
-		gw.relayInto(r.Context(), sse, s, resp, r.Header, id)
+		gw.relayInto(r.Context(), sse, s, resp, r.Header, id, settled)
 		return
 	}
 	// An answer reaches the client only as Vigil read it: media types are compared as
@@ -375,6 +413,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	case !success(resp.StatusCode), !awaited && mt != mediaSSE && mt != mediaJSON:
 		// An HTTP error, which clients report as one, or the answer to a notification or a
 		// response, of which they read only the status.
+		settled()
 		gateway.CopyHeaders(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.Copy(w, resp.Body)
@@ -383,14 +422,17 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		// The client reads the stream as Vigil does, whatever the server's spelling.
 		w.Header().Set("Content-Type", mediaSSE)
 		w.WriteHeader(resp.StatusCode)
-		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, id)
+		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, id, settled)
 	case mt == mediaJSON:
 		b, msg := gw.readAnswer(resp)
 		if msg != "" {
+			settled()
 			gw.fault(w, id, msg)
 			return
 		}
+		// Judged first: the answer in it must find its request in flight.
 		out := gw.judgeJSON(r.Context(), s, r.Header, b)
+		settled()
 		gateway.CopyHeaders(w.Header(), resp.Header)
 		w.Header().Set("Content-Type", mediaJSON)
 		w.WriteHeader(resp.StatusCode)
@@ -398,6 +440,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	default:
 		gw.log.Warn("server answer of a type Vigil cannot read; failing closed",
 			"status", resp.StatusCode, "contentType", resp.Header.Values("Content-Type"))
+		settled()
 		gw.fault(w, id, errNotMCPType)
 	}
 }
@@ -458,32 +501,53 @@ func (gw *Gateway) tooLarge() string {
 
 // relayInto writes the server's answer to the request id into an event stream already
 // started (its status is sent): whatever cannot be judged becomes an error event for id.
-func (gw *Gateway) relayInto(ctx context.Context, sse *sseWriter, s *Session, resp *http.Response, in http.Header, id json.RawMessage) {
+// settled ends the request's time in flight (see post).
+func (gw *Gateway) relayInto(ctx context.Context, sse *sseWriter, s *Session, resp *http.Response, in http.Header, id json.RawMessage, settled func()) {
 	mt := mediaType(resp.Header)
 	switch {
 	case !success(resp.StatusCode):
 		gw.log.Warn("server answered with an error", "status", resp.StatusCode)
+		settled()
 		sse.event(errorResponse(id, codeUpstream, fmt.Sprintf("the MCP server answered HTTP %d", resp.StatusCode)))
 	case mt == mediaSSE:
-		gw.relaySSE(ctx, sse, s, resp.Body, in, id)
+		gw.relaySSE(ctx, sse, s, resp.Body, in, id, settled)
 	case mt == mediaJSON:
 		b, msg := gw.readAnswer(resp)
 		if msg != "" {
+			settled()
 			sse.event(errorResponse(id, codeUpstream, msg))
 			return
 		}
-		sse.event(gw.judgeJSON(ctx, s, in, b))
+		out := gw.judgeJSON(ctx, s, in, b)
+		settled()
+		sse.event(out)
 	default:
 		gw.log.Warn("server answer of a type Vigil cannot read; failing closed",
 			"status", resp.StatusCode, "contentType", resp.Header.Values("Content-Type"))
+		settled()
 		sse.event(errorResponse(id, codeUpstream, errNotMCPType))
 	}
 }
 
 // replyUpstream sends the server Vigil's own answer to one of its requests (a refused
-// sampling or elicitation request).
+// sampling or elicitation request). Each answer is a request to the server of up to a
+// minute, on its own goroutine so the stream goes on meanwhile; a server that streams
+// requests faster than it takes the answers would otherwise have the gateway hold a
+// goroutine and a connection per request. At most MaxReplies are in flight at once; past
+// them the answer is dropped and logged: the server's request stays unanswered (it was
+// refused: nothing reached the client) until the server's own timeout.
 func (gw *Gateway) replyUpstream(_ *Session, in http.Header, reply []byte) {
 	if reply == nil {
+		return
+	}
+	select {
+	case gw.replies <- struct{}{}:
+	default:
+		// Logged once in a while, not once each: the server decides how many there are.
+		if n := gw.dropped.Add(1); n&(n-1) == 0 {
+			gw.log.Warn("too many answers to the MCP server's requests in flight; dropping them",
+				"limit", cap(gw.replies), "dropped", n)
+		}
 		return
 	}
 	h := http.Header{}
@@ -495,6 +559,7 @@ func (gw *Gateway) replyUpstream(_ *Session, in http.Header, reply []byte) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
 	go func() {
+		defer func() { <-gw.replies }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		resp, err := gw.upstream(ctx, http.MethodPost, h, reply)
@@ -510,11 +575,17 @@ func (gw *Gateway) replyUpstream(_ *Session, in http.Header, reply []byte) {
 // relaySSE relays an event stream from the server, judging each message. Events that no
 // verdict changes pass byte for byte. id is the request the stream answers (nil for the GET
 // stream): an event over the bound ends the stream, and the request, when still without
-// its answer, gets an error for it rather than wait for one that cannot come.
-func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, body io.Reader, in http.Header, id json.RawMessage) {
+// its answer, gets an error for it rather than wait for one that cannot come (settled then
+// ends its time in flight; nil for the GET stream). A client that stops reading ends the
+// relay at its first write past the write deadline, and with it the server's stream.
+func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, body io.Reader, in http.Header, id json.RawMessage, settled func()) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	answered := id == nil
 	for {
+		if err := sse.failed(); err != nil {
+			gw.log.Debug("the client stopped reading the event stream", "err", err)
+			return
+		}
 		ev, err := readEvent(br, gw.cfg.MaxMessageBytes)
 		if len(ev.raw) > 0 {
 			if len(ev.data) == 0 {
@@ -539,6 +610,7 @@ func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, bod
 			case errors.Is(err, errEventTooLarge):
 				gw.log.Warn("server event too large", "limit", gw.cfg.MaxMessageBytes)
 				if !answered {
+					settled()
 					sse.event(errorResponse(id, codeUpstream, gw.tooLarge()))
 				}
 			case !errors.Is(err, io.EOF) && ctx.Err() == nil:
@@ -558,6 +630,7 @@ func (gw *Gateway) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	gw.accepted(s, r.Header.Get(sessionHeader), resp)
 	if success(resp.StatusCode) {
 		// The stream carries the server's own requests (sampling, elicitation), judged on
 		// the way. Clients read a 2xx answer as an event stream (the TypeScript SDK whatever
@@ -573,7 +646,7 @@ func (gw *Gateway) get(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(resp.StatusCode)
 		done := guardian.LongWait(r.Context())
 		defer done()
-		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, nil)
+		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, nil, nil)
 		return
 	}
 	gateway.CopyHeaders(w.Header(), resp.Header)

@@ -39,6 +39,22 @@ const (
 // errTooMany refuses a call when too many are in flight in one session.
 var errTooMany = errors.New("too many requests in flight in this session")
 
+// errReusedID refuses a request whose id names a request of the same session still in
+// flight: MCP forbids reusing a request id within a session, and two requests under one id
+// would share one entry (and one answer), the second judged without counting against the
+// bound.
+const errReusedID = "the request id is already used by a request in flight in this session (MCP request ids must not be reused)"
+
+// codeInvalidRequest is JSON-RPC's error code for a request that is not a valid one.
+const codeInvalidRequest = -32600
+
+// DefaultMaxToolBytes bounds the tool definitions one session keeps for the rules.
+const DefaultMaxToolBytes = 4 << 20
+
+// toolOverhead is what a kept tool costs beyond its name and definition (its map entry),
+// so that many tiny definitions are bounded as well.
+const toolOverhead = 64
+
 // SessionConfig configures one MCP session.
 type SessionConfig struct {
 	// ID is the Vigil session id of the MCP session.
@@ -51,8 +67,12 @@ type SessionConfig struct {
 	// ProgressEvery is how often a waiting tools/call that carries a progress token gets a
 	// progress notification (default 10s).
 	ProgressEvery time.Duration
-	// MaxPending bounds the requests in flight each way (default 1024).
+	// MaxPending bounds the requests in flight each way, and so the verdicts awaited at
+	// once each way (default 1024).
 	MaxPending int
+	// MaxToolBytes bounds the tool definitions the session keeps from tools/list for the
+	// rules (default DefaultMaxToolBytes); a list over it reaches the client as an error.
+	MaxToolBytes int
 	// Hides, when not nil, reports which tools a rule would deny whatever their arguments;
 	// they are left out of tools/list answers, so the model never tries them.
 	Hides HidesFunc
@@ -63,6 +83,11 @@ type SessionConfig struct {
 
 type pendingReq struct {
 	method, tool string
+	// page: a tools/list request naming a cursor, whose answer continues the list before.
+	page bool
+	// answering: the server's answer is being judged; another answer to the same request
+	// meanwhile is withheld (the client reads the first that reaches it).
+	answering bool
 }
 
 // Session is the protocol state of one MCP session: who the client and the server are, the
@@ -74,8 +99,13 @@ type Session struct {
 	clientInfo json.RawMessage
 	serverInfo json.RawMessage
 	tools      map[string]json.RawMessage
+	toolBytes  int                   // what tools costs against MaxToolBytes
 	fromClient map[string]pendingReq // client requests awaiting the server's answer
 	fromServer map[string]string     // server requests awaiting the client's answer
+	// serverJudging counts the server's requests awaiting a verdict: unlike the client's,
+	// they need not be remembered (fromServer stops growing at its bound), so the map
+	// does not bound them.
+	serverJudging int
 }
 
 // NewSession starts the state of one MCP session.
@@ -88,6 +118,9 @@ func NewSession(cfg SessionConfig) *Session {
 	}
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 1024
+	}
+	if cfg.MaxToolBytes <= 0 {
+		cfg.MaxToolBytes = DefaultMaxToolBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -217,103 +250,180 @@ func pass(b []byte) Action { return Action{Forward: b} }
 // FromClient handles a message from the client. notify, when not nil, sends a message to
 // the client meanwhile (progress while a call waits for review).
 func (s *Session) FromClient(ctx context.Context, msg []byte, notify func([]byte)) Action {
+	a, judge := s.admitClient(msg)
+	if judge == nil {
+		return a
+	}
+	return judge(ctx, notify)
+}
+
+// admitClient is what handling a message from the client does before any verdict: read it,
+// refuse a request the session cannot take, note a request in flight. It never waits.
+// judge, when not nil, is the rest (the verdict, which may wait for a reviewer) and a is
+// then unset: a relay runs it on a goroutine of its own, so it holds at most one per
+// request in flight (MaxPending), whatever the client sends.
+func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context, func([]byte)) Action) {
 	m, ok := parse(msg)
 	if !ok {
-		return pass(msg)
+		return pass(msg), nil
 	}
 	if m.isResponse() {
 		s.mu.Lock()
 		delete(s.fromServer, string(m.ID))
 		s.mu.Unlock()
-		return pass(msg)
+		return pass(msg), nil
 	}
 	if !m.isRequest() {
-		return pass(msg)
+		if m.Method == "notifications/cancelled" {
+			s.cancelled(m.Params)
+		}
+		return pass(msg), nil
 	}
 	// Read as the server reads them (members), so the tool is the one the server calls.
 	var name string
-	var clientInfo, progressToken json.RawMessage
+	var clientInfo, progressToken, cursor json.RawMessage
 	if f, ok := members(m.Params); ok {
 		_ = json.Unmarshal(f["name"], &name)
 		clientInfo = f["clientInfo"]
+		cursor = f["cursor"]
 		if meta, ok := members(f["_meta"]); ok {
 			progressToken = meta["progressToken"]
 		}
 	}
+	judged := judgedClientMethods[m.Method]
 	s.mu.Lock()
 	if m.Method == "initialize" && len(clientInfo) > 0 {
 		s.clientInfo = clientInfo
 	}
+	if _, inFlight := s.fromClient[string(m.ID)]; inFlight {
+		s.mu.Unlock()
+		return Action{Reply: errorResponse(m.ID, codeInvalidRequest, errReusedID)}, nil
+	}
 	if len(s.fromClient) >= s.cfg.MaxPending {
 		s.mu.Unlock()
-		if judgedClientMethods[m.Method] {
-			return Action{Reply: s.refusal(&m, errTooMany.Error())}
+		if judged {
+			return Action{Reply: s.refusal(&m, errTooMany.Error())}, nil
 		}
-		return pass(msg)
+		return pass(msg), nil
 	}
-	s.fromClient[string(m.ID)] = pendingReq{method: m.Method, tool: name}
+	s.fromClient[string(m.ID)] = pendingReq{method: m.Method, tool: name,
+		page: m.Method == "tools/list" && len(cursor) > 0 && !isNull(cursor)}
 	s.mu.Unlock()
-	if !judgedClientMethods[m.Method] {
-		return pass(msg)
+	if !judged {
+		return pass(msg), nil
 	}
-	var stop func()
-	if notify != nil && len(progressToken) > 0 && !isNull(progressToken) {
-		stop = s.progress(progressToken, notify)
-	}
-	out := s.judge(ctx, msg, name, false)
-	if stop != nil {
-		stop()
-	}
-	switch out.Decision {
-	case "deny":
-		s.forget(m.ID)
-		return Action{Reply: s.refusal(&m, out.Message)}
-	case "modify":
-		if len(out.Modified) > 0 {
-			return Action{Forward: out.Modified, Changed: true}
+	return Action{}, func(ctx context.Context, notify func([]byte)) Action {
+		var stop func()
+		if notify != nil && len(progressToken) > 0 && !isNull(progressToken) {
+			stop = s.progress(progressToken, notify)
 		}
-	}
-	return pass(msg)
-}
-
-// FromServer handles a message from the server.
-func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
-	m, ok := parse(msg)
-	if !ok {
-		return pass(msg)
-	}
-	switch {
-	case m.isResponse():
-		s.mu.Lock()
-		p, ok := s.fromClient[string(m.ID)]
-		delete(s.fromClient, string(m.ID))
-		s.mu.Unlock()
-		a := pass(msg)
-		if ok {
-			a = s.fromServerResponse(ctx, msg, &m, p)
+		out := s.judge(ctx, msg, name, false)
+		if stop != nil {
+			stop()
 		}
-		a.Answers = m.ID
-		return a
-	case m.isRequest():
-		s.mu.Lock()
-		if len(s.fromServer) < s.cfg.MaxPending {
-			s.fromServer[string(m.ID)] = m.Method
-		}
-		s.mu.Unlock()
-		if !judgedServerMethods[m.Method] {
-			return pass(msg)
-		}
-		out := s.judge(ctx, msg, "", false)
 		switch out.Decision {
 		case "deny":
-			return Action{Reply: errorResponse(m.ID, codeDenied, deniedText(out.Message))}
+			s.forget(m.ID)
+			return Action{Reply: s.refusal(&m, out.Message)}
 		case "modify":
 			if len(out.Modified) > 0 {
 				return Action{Forward: out.Modified, Changed: true}
 			}
 		}
+		return pass(msg)
 	}
-	return pass(msg)
+}
+
+// FromServer handles a message from the server.
+func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
+	a, judge := s.admitServer(ctx, msg)
+	if judge == nil {
+		return a
+	}
+	return judge(ctx)
+}
+
+// admitServer is admitClient for a message from the server: judge, when not nil, is the
+// verdict on the answer to a judged request or on a judged request of the server's, and
+// a relay holds at most MaxPending of each at once. What needs no verdict is handled at
+// once, with ctx (a tools/list answer asks which tools to hide).
+func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge func(context.Context) Action) {
+	m, ok := parse(msg)
+	if !ok {
+		return pass(msg), nil
+	}
+	switch {
+	case m.isResponse():
+		id := string(m.ID)
+		s.mu.Lock()
+		p, ok := s.fromClient[id]
+		switch {
+		case !ok:
+			s.mu.Unlock()
+			return Action{Forward: msg, Answers: m.ID}, nil
+		case p.answering:
+			// A second answer while the first is judged: passed on, it could reach the
+			// client first, unjudged. (Debug: the server decides how many it sends.)
+			s.mu.Unlock()
+			s.cfg.Logger.Debug("the MCP server answered a request twice; withholding the second answer",
+				"session", s.id(), "request", id)
+			return Action{Answers: m.ID}, nil
+		}
+		if !judgedClientMethods[p.method] || len(m.Result) == 0 {
+			delete(s.fromClient, id)
+			s.mu.Unlock()
+			a := s.fromServerResponse(ctx, msg, &m, p)
+			a.Answers = m.ID
+			return a, nil
+		}
+		p.answering = true
+		s.fromClient[id] = p
+		s.mu.Unlock()
+		return Action{}, func(ctx context.Context) Action {
+			a := s.fromServerResponse(ctx, msg, &m, p)
+			s.mu.Lock()
+			delete(s.fromClient, id)
+			s.mu.Unlock()
+			a.Answers = m.ID
+			return a
+		}
+	case m.isRequest():
+		judged := judgedServerMethods[m.Method]
+		s.mu.Lock()
+		if len(s.fromServer) < s.cfg.MaxPending {
+			s.fromServer[string(m.ID)] = m.Method
+		}
+		if judged && s.serverJudging >= s.cfg.MaxPending {
+			s.mu.Unlock()
+			// Refused, not passed: it reaches the client only judged.
+			return Action{Reply: errorResponse(m.ID, codeDenied, deniedText(errTooMany.Error()))}, nil
+		}
+		if judged {
+			s.serverJudging++
+		}
+		s.mu.Unlock()
+		if !judged {
+			return pass(msg), nil
+		}
+		return Action{}, func(ctx context.Context) Action {
+			defer func() {
+				s.mu.Lock()
+				s.serverJudging--
+				s.mu.Unlock()
+			}()
+			out := s.judge(ctx, msg, "", false)
+			switch out.Decision {
+			case "deny":
+				return Action{Reply: errorResponse(m.ID, codeDenied, deniedText(out.Message))}
+			case "modify":
+				if len(out.Modified) > 0 {
+					return Action{Forward: out.Modified, Changed: true}
+				}
+			}
+			return pass(msg)
+		}
+	}
+	return pass(msg), nil
 }
 
 // fromServerResponse handles the server's answer m (msg) to the client's request p.
@@ -327,7 +437,15 @@ func (s *Session) fromServerResponse(ctx context.Context, msg []byte, m *message
 		}
 		return pass(msg)
 	case "tools/list":
-		s.learnTools(m.Result)
+		if !s.learnTools(m.Result, p.page) {
+			// Kept in part, the rules would judge some calls without the definition they
+			// read (a destructiveHint, say): the client gets no list rather than one Vigil
+			// cannot judge calls from.
+			s.cfg.Logger.Warn("the MCP server's tool definitions exceed the bound; the tools/list answer is refused",
+				"session", s.id(), "limit", s.cfg.MaxToolBytes)
+			return Action{Forward: errorResponse(m.ID, codeUpstream, fmt.Sprintf(
+				"the MCP server's tool definitions exceed %d bytes, more than Vigil keeps for its rules", s.cfg.MaxToolBytes)), Changed: true}
+		}
 		if s.cfg.Hides != nil {
 			if out, changed := s.hideDenied(ctx, m); changed {
 				return Action{Forward: out, Changed: true}
@@ -350,34 +468,74 @@ func (s *Session) fromServerResponse(ctx context.Context, msg []byte, m *message
 	return pass(msg)
 }
 
+// cancelled ends the time in flight of the request a client's notifications/cancelled
+// names: the server need not answer it any more (MCP asks it not to), and the client
+// ignores an answer that comes anyway. One whose answer is being judged stays until its
+// verdict.
+func (s *Session) cancelled(params json.RawMessage) {
+	f, ok := members(params)
+	if !ok || len(f["requestId"]) == 0 {
+		return
+	}
+	id := string(f["requestId"])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.fromClient[id]; ok && !p.answering {
+		delete(s.fromClient, id)
+	}
+}
+
+// forget ends the request id's time in flight.
 func (s *Session) forget(id json.RawMessage) {
+	if len(id) == 0 {
+		return
+	}
 	s.mu.Lock()
 	delete(s.fromClient, string(id))
 	s.mu.Unlock()
 }
 
-// learnTools keeps each tool's definition (with its annotations) for the rules.
-func (s *Session) learnTools(result json.RawMessage) {
+// learnTools keeps each tool's definition (with its annotations) for the rules. A list
+// replaces the one before (a tool the server no longer lists is gone), and a page (page:
+// asked for with a cursor) adds to the list it continues. ok is false when the definitions
+// would exceed MaxToolBytes: a list is then not kept (the session keeps the one before),
+// and a page is kept as far as it fits.
+func (s *Session) learnTools(result json.RawMessage, page bool) (ok bool) {
 	r, ok := members(result)
 	if !ok {
-		return
+		return true
 	}
 	var tools []json.RawMessage
 	if json.Unmarshal(r["tools"], &tools) != nil {
-		return
+		return true
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range tools {
-		if name := nameOf(t); name != "" {
-			// Bounded by what one tools/list answer holds; a new list replaces old entries.
-			if len(s.tools) < 4096 {
-				s.tools[name] = t
-			} else if _, ok := s.tools[name]; ok {
-				s.tools[name] = t
-			}
-		}
+	kept, size := map[string]json.RawMessage{}, 0
+	if page {
+		kept, size = s.tools, s.toolBytes
+		defer func() { s.toolBytes = size }()
 	}
+	for _, t := range tools {
+		name := nameOf(t)
+		if name == "" {
+			continue
+		}
+		cost := len(name) + len(t) + toolOverhead
+		old, had := kept[name]
+		if had {
+			cost -= len(name) + len(old) + toolOverhead
+		}
+		if size+cost > s.cfg.MaxToolBytes {
+			return false
+		}
+		kept[name] = t
+		size += cost
+	}
+	if !page {
+		s.tools, s.toolBytes = kept, size
+	}
+	return true
 }
 
 // codeDenied is the JSON-RPC error code of a request Vigil refused outside tools/call (a
@@ -506,6 +664,13 @@ func (s *Session) stepParams(msg []byte, tool string, response bool) ([]byte, er
 		Message json.RawMessage `json:"message"`
 		Meta    map[string]any  `json:"_meta"`
 	}{json.RawMessage(bytes.TrimSpace(msg)), meta})
+}
+
+// id is the Vigil session id, for the log.
+func (s *Session) id() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.ID
 }
 
 // failed applies the error policy when the guardian could not be asked. What went wrong

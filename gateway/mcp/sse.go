@@ -14,6 +14,9 @@ type sseWriter struct {
 	mu sync.Mutex
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// err is the first write error (a client gone, or one that stopped reading past the
+	// write deadline); later writes are dropped, and a relay stops at it.
+	err error
 }
 
 // newSSEWriter starts an event stream answer.
@@ -28,7 +31,9 @@ func newSSEWriter(w http.ResponseWriter) *sseWriter {
 // at once: a client waits for them before it goes on (a GET stream may stay silent).
 func newSSEWriterStarted(w http.ResponseWriter) *sseWriter {
 	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	_ = s.rc.Flush()
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
+	}
 	return s
 }
 
@@ -46,8 +51,23 @@ func (s *sseWriter) event(data []byte) {
 func (s *sseWriter) raw(b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write(b)
-	_ = s.rc.Flush()
+	if s.err != nil {
+		return
+	}
+	if _, err := s.w.Write(b); err != nil {
+		s.err = err
+		return
+	}
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
+	}
+}
+
+// failed is the first write error, nil while the client reads.
+func (s *sseWriter) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // sseEvent is one event as received: its bytes up to and including the blank line that

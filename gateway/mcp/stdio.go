@@ -52,12 +52,14 @@ func (l *lineWriter) line(b []byte) {
 }
 
 // Relay passes newline-delimited JSON-RPC between a client and a server, judging what s
-// judges. Messages that may wait for the guardian (a call under review) are handled on
-// their own goroutine, so the rest of the traffic (other responses, notifications, the
-// server's requests) keeps flowing; every message is written whole. When the client's
-// input ends, its messages still waiting for a verdict are dropped (their holds abandoned)
-// and the server's stdin is closed; Relay returns when the server's output ends (or ctx is done), after the server's
-// messages in flight are through.
+// judges. A message is read, admitted and (when refused) answered in order; a verdict
+// (which may wait for review) is awaited on a goroutine of its own, so the rest of the
+// traffic (other responses, notifications, the server's requests) keeps flowing, and
+// there are never more of those than requests s lets be in flight (MaxPending each way).
+// Every message is written whole. When the client's input ends, its messages still
+// waiting for a verdict are dropped (their holds abandoned) and the server's stdin is
+// closed; Relay returns when the server's output ends (or ctx is done), after the
+// server's messages in flight are through.
 func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 	if maxLine <= 0 {
 		maxLine = DefaultMaxLine
@@ -75,19 +77,19 @@ func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 	go func() {
 		var wg sync.WaitGroup
 		err := eachLine(p.ClientIn, maxLine, func(line []byte) {
-			handle := func() {
-				a := s.FromClient(clientCtx, line, toClient.line)
+			send := func(a Action) {
 				if clientCtx.Err() != nil {
 					return
 				}
 				toClient.line(a.Reply)
 				toServer.line(a.Forward)
 			}
-			if s.MayBlock(line, true) {
-				wg.Go(handle)
-			} else {
-				handle()
+			a, judge := s.admitClient(line)
+			if judge == nil {
+				send(a)
+				return
 			}
+			wg.Go(func() { send(judge(clientCtx, toClient.line)) })
 		})
 		clientGone()
 		wg.Wait()
@@ -101,16 +103,16 @@ func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 
 	var wg sync.WaitGroup
 	serverErr := eachLine(p.ServerOut, maxLine, func(line []byte) {
-		handle := func() {
-			a := s.FromServer(ctx, line)
+		send := func(a Action) {
 			toServer.line(a.Reply)
 			toClient.line(a.Forward)
 		}
-		if s.MayBlock(line, false) {
-			wg.Go(handle)
-		} else {
-			handle()
+		a, judge := s.admitServer(ctx, line)
+		if judge == nil {
+			send(a)
+			return
 		}
+		wg.Go(func() { send(judge(ctx)) })
 	})
 	wg.Wait()
 	select {
