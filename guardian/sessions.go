@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // sessionCache keeps the recent history and the owners of active sessions in memory, so
@@ -422,7 +423,7 @@ func (g *Guardian) ObserveStep(rec *record.StepRecord) {
 
 // historyTextLimit bounds the text kept per earlier step, so a session that retrieved large
 // documents cannot make the in-memory history grow without bound.
-const historyTextLimit = 8 << 10
+const historyTextLimit = storage.HistoryText
 
 // HistoryStep is what rules see of an earlier step: no request bodies, just the facts.
 func HistoryStep(r record.StepRecord) rules.HistoryStep {

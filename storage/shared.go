@@ -96,6 +96,10 @@ func Snippet(text string, words []string) string {
 // payload; the replicas' bus listens on it.
 const NotifyChannel = "vigil_events"
 
+// HistoryText is how many characters of a step's text RecentSteps returns: the guardian's
+// session history keeps at most 8 KiB of it per step.
+const HistoryText = 8 << 10
+
 // EventPager reads the event log a page at a time (Backend's EventsPage).
 type EventPager interface {
 	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)

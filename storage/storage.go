@@ -42,7 +42,10 @@ type Steps interface {
 	Session(ctx context.Context, id string) (record.Session, error)
 	Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error)
 	Step(ctx context.Context, seq int64) (record.StepRecord, error)
-	// RecentSteps returns up to limit of the newest steps of a session, oldest first.
+	// RecentSteps returns up to limit of the newest steps of a session, oldest first, as
+	// the session history rules read them: without Request, Response and MatchedRules, and
+	// with Text cut to HistoryText characters (a session reloaded into the guardian's cache
+	// must not read megabytes per step to keep a few fields).
 	RecentSteps(ctx context.Context, sessionID string, limit int) ([]record.StepRecord, error)
 	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
 	// bound), oldest first.

@@ -344,6 +344,12 @@ const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, 
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
 	text, held, key_id, peers`
 
+// historyColumns reads a step as RecentSteps returns it, in the shape of stepColumns: no
+// request, response or matched rules, the text's first storage.HistoryText characters.
+var historyColumns = fmt.Sprintf(`seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
+	user_id, tool, decision, received_at, NULL::text, NULL::text, '[]'::text, latency_micros,
+	left(text, %d), held, key_id, peers`, storage.HistoryText)
+
 // scanStep reads one row of stepColumns (plus extra destinations after them).
 func scanStep(row pgx.Row, extra ...any) (record.StepRecord, error) {
 	var (
@@ -430,7 +436,7 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 		return []record.StepRecord{}, nil
 	}
 	limit = min(limit, 1000)
-	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
+	steps, err := db.querySteps(ctx, limit, `SELECT `+historyColumns+` FROM steps
 		WHERE session_id = $1 ORDER BY seq DESC LIMIT $2`, sessionID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)

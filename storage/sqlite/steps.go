@@ -57,6 +57,12 @@ const stepColumns = `seq, session_id, turn_id, step_id, method, kind, agent_id, 
 	user_id, tool, decision, received_at, request, response, matched_rules, latency_micros,
 	text, held, key_id, peers`
 
+// historyColumns reads a step as RecentSteps returns it, in the shape of stepColumns: no
+// request, response or matched rules, the text's first storage.HistoryText characters.
+var historyColumns = fmt.Sprintf(`seq, session_id, turn_id, step_id, method, kind, agent_id, agent_name,
+	user_id, tool, decision, received_at, NULL, NULL, '[]', latency_micros,
+	substr(text, 1, %d), held, key_id, peers`, storage.HistoryText)
+
 // stepArgs is a step prepared for the writer: validated, encoded and copied, so that the
 // writer never touches the caller's record and the JSON work happens on the caller's
 // goroutine, in parallel, rather than on the single writer.
@@ -277,7 +283,7 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 	if err := db.flushSession(ctx, sessionID); err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+	rows, err := db.r.QueryContext(ctx, `SELECT `+historyColumns+` FROM steps
 		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)

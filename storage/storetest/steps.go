@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,6 +162,25 @@ var stepCases = []testCase{
 				require.Equal(t, c.want, seqsOf(got))
 			})
 		}
+	}},
+	{"RecentStepsAreHistory", func(t *testing.T, db storage.Backend) {
+		// What the guardian's session history keeps of a step, and no more: a reloaded
+		// session does not read its steps' requests and answers.
+		rec := step("h", "deny", 0)
+		rec.Tool, rec.TurnID, rec.MatchedRules = "shell", "t1", []record.RuleMatch{{RuleID: "r1", Action: "deny"}}
+		rec.Text = strings.Repeat("é", storage.HistoryText+10)
+		save(t, db, rec)
+		got, err := db.RecentSteps(bg(), "h", 5)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		h := got[0]
+		require.Equal(t, []any{rec.Seq, "h", "t1", "steps/toolCallRequest", "toolCall", "shell", "deny"},
+			[]any{h.Seq, h.SessionID, h.TurnID, h.Method, h.Kind, h.Tool, h.Decision})
+		require.True(t, rec.ReceivedAt.Equal(h.ReceivedAt))
+		require.Nil(t, h.Request)
+		require.Nil(t, h.Response)
+		require.Empty(t, h.MatchedRules)
+		require.Equal(t, strings.Repeat("é", storage.HistoryText), h.Text, "cut by characters, never inside one")
 	}},
 	{"ConcurrentSaveStepLosesNothing", func(t *testing.T, db storage.Backend) {
 		const writers, per = 16, 25
