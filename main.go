@@ -365,10 +365,19 @@ func parseConfig(name string, args []string, stderr io.Writer) (Config, error) {
 	cfg.AAP.fromEnv = true
 	argsParsed = true
 	// -h is answered before a bad variable is reported: help, and the completion scripts
-	// that read it, work whatever the environment holds.
+	// that read it, work whatever the environment holds. A bad value is one line (the
+	// caller prints the error), not the error, the whole usage and the error again.
+	fset.SetOutput(io.Discard)
 	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fset.SetOutput(stderr)
+			fset.Usage()
+		} else if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			err = fmt.Errorf("%w (%s -h lists the flags)", err, strings.TrimSpace("vigil "+strings.TrimPrefix(name, "vigil")))
+		}
 		return cfg, err
 	}
+	fset.SetOutput(stderr)
 	if envErr != nil {
 		return cfg, envErr
 	}

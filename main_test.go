@@ -354,6 +354,21 @@ func TestServeRefusesBadValues(t *testing.T) {
 	require.Equal(t, "vigil serve: -max-holds: must be at least 1, got -1\n", errOut.String())
 	require.Empty(t, out.String())
 
+	// A value the flag package itself refuses, and an unknown flag, are one line too.
+	for _, tc := range []struct{ args []string }{
+		{[]string{"serve", "--agentapi", "bogus"}},
+		{[]string{"serve", "--trusted-proxies", "not-a-cidr"}},
+		{[]string{"serve", "--max-hold-bytes", "lots"}},
+		{[]string{"serve", "--bogus"}},
+	} {
+		out.Reset()
+		errOut.Reset()
+		require.Equal(t, 2, run(tc.args, &out, &errOut), "%v", tc.args)
+		require.Equal(t, 1, strings.Count(errOut.String(), "\n"), "%v: %s", tc.args, errOut.String())
+		require.True(t, strings.HasPrefix(errOut.String(), "vigil serve: "), errOut.String())
+		require.NotContains(t, errOut.String(), "Usage")
+	}
+
 	// A bad webhook is one line too, without the usage, and without the URL's path (often
 	// the secret).
 	for _, tc := range []struct {
