@@ -97,6 +97,12 @@ var (
 	// ErrRememberFailed is returned by Approve when the approval stands but its remembered
 	// rule could not be saved.
 	ErrRememberFailed = errors.New("the approval stands, but the remembered rule could not be saved")
+	// ErrNotForwarded is returned by a Forwarder when no other process owns the hold: the
+	// decision is then stored here.
+	ErrNotForwarded = errors.New("holds: no other guardian process owns the hold")
+	// ErrOwnerUnavailable is returned (wrapped, with the details) when the guardian
+	// process the hold's agent waits on cannot take a decision: nothing was decided.
+	ErrOwnerUnavailable = errors.New("the replica the step waits on is unavailable")
 )
 
 // QueueFullError is Hold's error when a limit of the review queue is reached. It wraps
@@ -200,6 +206,20 @@ type Owner interface {
 	Disown(holdID string)
 }
 
+// Forwarder carries a decision to the guardian process whose agent waits on the hold, so
+// that it is decided there exactly as a decision of that process's own operators: only
+// that process has the step and the modifications that matched with the hold, which an
+// approval or an edit must apply before the decision is stored and audited. An Owner that
+// is also a Forwarder is used for every decision of a hold not waiting here.
+type Forwarder interface {
+	// Forward delivers decision to the hold's owner and returns its answer. It returns
+	// ErrNotForwarded when no other process owns the hold, and an error wrapping
+	// ErrOwnerUnavailable when the owner cannot take it (then nothing was decided).
+	Forward(ctx context.Context, holdID string, decision []byte) ([]byte, error)
+	// ServeForwarded sets the function that decides what other processes forward here.
+	ServeForwarded(func(ctx context.Context, holdID string, decision []byte) []byte)
+}
+
 // Request describes a step to hold.
 type Request struct {
 	SessionID string
@@ -285,6 +305,7 @@ type Manager struct {
 	log            *slog.Logger
 	shared         bool
 	owner          Owner
+	forwarder      Forwarder
 	inputsFrom     func(json.RawMessage) map[string]any
 
 	mu      sync.Mutex
@@ -399,6 +420,10 @@ func NewManager(opts Options) *Manager {
 	}
 	if m.log == nil {
 		m.log = slog.Default()
+	}
+	if f, ok := m.owner.(Forwarder); ok {
+		m.forwarder = f
+		f.ServeForwarded(m.serveForwarded)
 	}
 	return m
 }
@@ -932,6 +957,12 @@ func (m *Manager) Modify(ctx context.Context, id string, d Decision, params json
 }
 
 func (m *Manager) decide(ctx context.Context, id string, status string, action rules.Action, d Decision, params json.RawMessage) (Hold, error) {
+	return m.decideAt(ctx, id, status, action, d, params, true)
+}
+
+// decideAt decides hold id: here when its agent waits here, else (forward) by the process
+// its agent waits on, else in the store. A decision forwarded here is not forwarded again.
+func (m *Manager) decideAt(ctx context.Context, id string, status string, action rules.Action, d Decision, params json.RawMessage, forward bool) (Hold, error) {
 	operator := strings.TrimSpace(d.Operator)
 	if operator == "" {
 		return Hold{}, &FieldError{Field: "operator", Message: "operator is required"}
@@ -947,6 +978,12 @@ func (m *Manager) decide(ctx context.Context, id string, status string, action r
 	w := m.pending[id]
 	m.mu.Unlock()
 	if w == nil {
+		if forward && m.forwarder != nil {
+			h, err := m.forward(ctx, id, status, operator, d, params)
+			if !errors.Is(err, ErrNotForwarded) {
+				return h, err
+			}
+		}
 		return m.decideStored(ctx, id, status, action, operator, d, params)
 	}
 
@@ -964,10 +1001,11 @@ func (m *Manager) decide(ctx context.Context, id string, status string, action r
 		}
 		req.params = p
 	}
-	if w.req.Modify != nil {
+	if w.req.Modify != nil && status != StatusDenied {
 		// The modifications that matched with the hold apply to what the operator lets
 		// through: the step as sent, or the operator's edit. Computed here, before the
-		// decision is stored and audited, so both show the params the agent gets.
+		// decision is stored and audited, so both show the params the agent gets (a
+		// denied step gets none).
 		p, err := w.req.final(req.params)
 		if err != nil {
 			return Hold{}, &FieldError{Field: "params", Message: "the modifications the rules require could not be applied: " + err.Error()}
@@ -1014,9 +1052,12 @@ func (m *Manager) storedConflict(ctx context.Context, id string) (Hold, error) {
 	return h, conflictError(h)
 }
 
-// decideStored handles a decision for a hold no agent waits on here: decided already (a
-// conflict), unknown, or pending in the store only (a hold of another guardian process
-// sharing the database), which the conditional update then resolves.
+// decideStored handles a decision for a hold no agent waits on here and that no other
+// process took (see Forwarder): decided already (a conflict), unknown, or pending in the
+// store only (a hold of another guardian process sharing the database without a registry
+// of owners, or left by one), which the conditional update then resolves. The owner, if it
+// is still waiting, applies the hold's matched modifications when the decision reaches it
+// (outcomeStored).
 func (m *Manager) decideStored(ctx context.Context, id, status string, action rules.Action, operator string, d Decision, params json.RawMessage) (Hold, error) {
 	h, err := m.store.GetHold(ctx, id)
 	if errors.Is(err, ErrNotFound) {

@@ -334,6 +334,10 @@ func (m *Manager) writeError(w http.ResponseWriter, err error, h *Hold) {
 		if h != nil && h.ID != "" {
 			body["hold"] = h
 		}
+	case errors.Is(err, ErrOwnerUnavailable):
+		// Nothing was decided; the operator may try again (or the hold ends as interrupted
+		// once its replica is found dead).
+		status, e = http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: err.Error()}
 	case errors.Is(err, ErrRememberFailed):
 		status, e = http.StatusInternalServerError, apiError{Code: "remember_failed", Message: err.Error()}
 		if h != nil && h.ID != "" {

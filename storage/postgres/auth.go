@@ -37,7 +37,9 @@ const apiKeyColumns = `id, name, agent_id, hash, prefix, created_at, created_by,
 	revoked_at, last_used_at`
 
 // CreateAPIKey stores a new key (ErrExists when its id or hash is taken) and its audit entry.
-func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (record.Event, error) {
+func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.AuditEntry) (_ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if err := k.CheckNew(); err != nil {
 		return record.Event{}, err
 	}
@@ -73,7 +75,9 @@ func (db *DB) CreateAPIKey(ctx context.Context, k *record.APIKey, audit *record.
 }
 
 // APIKeys lists every key, oldest first.
-func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
+func (db *DB) APIKeys(ctx context.Context) (_ []record.APIKey, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rows, err := db.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("storage: list api keys: %w", err)
@@ -94,7 +98,9 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 }
 
 // APIKeyByHash returns the key whose hash is hash, or ErrNotFound.
-func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, error) {
+func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (_ record.APIKey, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	k, err := storage.ScanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key: %w", record.ErrNotFound)
@@ -106,7 +112,9 @@ func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (record.APIKey, err
 }
 
 // APIKey returns one key, or ErrNotFound.
-func (db *DB) APIKey(ctx context.Context, id string) (record.APIKey, error) {
+func (db *DB) APIKey(ctx context.Context, id string) (_ record.APIKey, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	k, err := storage.ScanAPIKey(db.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.APIKey{}, fmt.Errorf("storage: api key %s: %w", id, record.ErrNotFound)
@@ -118,7 +126,9 @@ func (db *DB) APIKey(ctx context.Context, id string) (record.APIKey, error) {
 }
 
 // HasAPIKeys reports whether any key exists.
-func (db *DB) HasAPIKeys(ctx context.Context) (bool, error) {
+func (db *DB) HasAPIKeys(ctx context.Context) (_ bool, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	var ok bool
 	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys)`).Scan(&ok); err != nil {
 		return false, fmt.Errorf("storage: count api keys: %w", err)
@@ -128,7 +138,9 @@ func (db *DB) HasAPIKeys(ctx context.Context) (bool, error) {
 
 // RevokeAPIKey revokes a key (once: a revoked key keeps its first revocation and gets no
 // second audit entry) and returns it; ErrNotFound for an unknown id.
-func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *record.AuditEntry) (record.APIKey, record.Event, error) {
+func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *record.AuditEntry) (_ record.APIKey, _ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -170,7 +182,9 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time, audit *
 }
 
 // TouchAPIKeys records when keys were last used (never moving a time back).
-func (db *DB) TouchAPIKeys(ctx context.Context, used map[string]time.Time) error {
+func (db *DB) TouchAPIKeys(ctx context.Context, used map[string]time.Time) (err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if len(used) == 0 {
 		return nil
 	}
@@ -193,7 +207,9 @@ func (db *DB) TouchAPIKeys(ctx context.Context, used map[string]time.Time) error
 const userColumns = `name, role, password_hash, created_at, updated_at`
 
 // CreateUser stores a new account (ErrExists when the name is taken, ignoring case).
-func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (record.Event, error) {
+func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.AuditEntry) (_ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if err := u.CheckNew(); err != nil {
 		return record.Event{}, err
 	}
@@ -228,7 +244,9 @@ func (db *DB) CreateUser(ctx context.Context, u *record.User, audit *record.Audi
 }
 
 // Users lists every account by name.
-func (db *DB) Users(ctx context.Context) ([]record.User, error) {
+func (db *DB) Users(ctx context.Context) (_ []record.User, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY lower(name), name`)
 	if err != nil {
 		return nil, fmt.Errorf("storage: list users: %w", err)
@@ -249,7 +267,9 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 }
 
 // User returns the account named name (ignoring case), or ErrNotFound.
-func (db *DB) User(ctx context.Context, name string) (record.User, error) {
+func (db *DB) User(ctx context.Context, name string) (_ record.User, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	u, err := storage.ScanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(name) = lower($1)`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.User{}, fmt.Errorf("storage: user %q: %w", name, record.ErrNotFound)
@@ -261,7 +281,9 @@ func (db *DB) User(ctx context.Context, name string) (record.User, error) {
 }
 
 // HasUsers reports whether any account exists.
-func (db *DB) HasUsers(ctx context.Context) (bool, error) {
+func (db *DB) HasUsers(ctx context.Context) (_ bool, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	var ok bool
 	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users)`).Scan(&ok); err != nil {
 		return false, fmt.Errorf("storage: count users: %w", err)
@@ -270,7 +292,9 @@ func (db *DB) HasUsers(ctx context.Context) (bool, error) {
 }
 
 // SetUserPassword replaces a user's password hash and ends their console sessions.
-func (db *DB) SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *record.AuditEntry) (record.Event, error) {
+func (db *DB) SetUserPassword(ctx context.Context, name string, hash []byte, at time.Time, audit *record.AuditEntry) (_ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if len(hash) == 0 {
 		return record.Event{}, errors.New("storage: empty password hash")
 	}
@@ -308,7 +332,9 @@ func (db *DB) SetUserPassword(ctx context.Context, name string, hash []byte, at 
 
 // DeleteUser removes an account and its sessions; ErrLastAdmin when it is the only admin
 // and other accounts remain.
-func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEntry) (record.User, record.Event, error) {
+func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEntry) (_ record.User, _ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	a, err := prepareAudit(audit, time.Now())
 	if err != nil {
 		return record.User{}, record.Event{}, err
@@ -350,7 +376,9 @@ func (db *DB) DeleteUser(ctx context.Context, name string, audit *record.AuditEn
 }
 
 // CreateAuthSession stores a console session; ErrNotFound when its user does not exist.
-func (db *DB) CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (record.Event, error) {
+func (db *DB) CreateAuthSession(ctx context.Context, s *record.AuthSession, audit *record.AuditEntry) (_ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if err := s.CheckNew(); err != nil {
 		return record.Event{}, err
 	}
@@ -385,12 +413,14 @@ func (db *DB) CreateAuthSession(ctx context.Context, s *record.AuthSession, audi
 }
 
 // AuthSession returns the session with the token hash, with its user's current role.
-func (db *DB) AuthSession(ctx context.Context, hash []byte) (record.AuthSession, error) {
+func (db *DB) AuthSession(ctx context.Context, hash []byte) (_ record.AuthSession, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	var (
 		s                record.AuthSession
 		created, expires int64
 	)
-	err := db.pool.QueryRow(ctx, `SELECT s.token_hash, u.name, u.role, s.csrf_token,
+	err = db.pool.QueryRow(ctx, `SELECT s.token_hash, u.name, u.role, s.csrf_token,
 		s.created_at, s.expires_at FROM auth_sessions s JOIN users u ON u.name = s.user_name
 		WHERE s.token_hash = $1`, hash).Scan(&s.TokenHash, &s.UserName, &s.Role, &s.CSRFToken, &created, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -405,7 +435,9 @@ func (db *DB) AuthSession(ctx context.Context, hash []byte) (record.AuthSession,
 
 // DeleteAuthSession ends a session, reporting whether it existed; the audit entry is
 // written only when it did.
-func (db *DB) DeleteAuthSession(ctx context.Context, hash []byte, audit *record.AuditEntry) (bool, record.Event, error) {
+func (db *DB) DeleteAuthSession(ctx context.Context, hash []byte, audit *record.AuditEntry) (_ bool, _ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	a, err := prepareAudit(audit, time.Now())
 	if err != nil {
 		return false, record.Event{}, err
@@ -436,9 +468,11 @@ func (db *DB) DeleteAuthSession(ctx context.Context, hash []byte, audit *record.
 }
 
 // DeleteExpiredAuthSessions removes sessions expired at now and returns how many.
-func (db *DB) DeleteExpiredAuthSessions(ctx context.Context, now time.Time) (int64, error) {
+func (db *DB) DeleteExpiredAuthSessions(ctx context.Context, now time.Time) (_ int64, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	var n int64
-	err := db.plainTx(ctx, func(tx pgx.Tx) error {
+	err = db.plainTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM auth_sessions WHERE expires_at <= $1`, now.UnixNano())
 		if err != nil {
 			return fmt.Errorf("storage: delete expired sessions: %w", err)

@@ -45,6 +45,9 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this version of 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("storage: database is closed")
 
+// ErrTimeout is returned by a call the database did not answer within Options.QueryTimeout.
+var ErrTimeout = errors.New("storage: the database did not answer in time")
+
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -62,6 +65,18 @@ type Options struct {
 	Committers int
 	// MaxBatch caps the steps of one transaction (default 512).
 	MaxBatch int
+	// QueryTimeout bounds each call of the backend on the guardian's request paths (a step
+	// batch's commit, a hold, a read of a session or of the console), its wait for a pooled
+	// connection included (default 5s); Search, Stats and the session list get six times
+	// as long. A database that stops answering without closing the connection (a stalled
+	// network path, a frozen server) then fails the request in bounded time, well within
+	// the HTTP write timeout, instead of holding it as long as the stall: the guardian
+	// answers an internal error and never a step it could not store. Export, Load and a
+	// retention pass as a whole are not bounded (each of its batches is).
+	QueryTimeout time.Duration
+	// ConnectTimeout bounds opening one connection (default 5s; a connect_timeout in the
+	// URL wins).
+	ConnectTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -80,7 +95,42 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 512
 	}
+	if o.QueryTimeout <= 0 {
+		o.QueryTimeout = 5 * time.Second
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 5 * time.Second
+	}
 	return o
+}
+
+// bound gives a call of the backend its deadline (QueryTimeout), unless ctx ends sooner,
+// and returns with it the function to defer with the call's error: `defer done(&err)`.
+// pgx gives up on a statement whose context ends (it closes the connection), so a stalled
+// connection frees its caller too. An error past that deadline is ErrTimeout, not the
+// context's: the caller did not cancel anything, and must not report that it did.
+func (db *DB) bound(ctx context.Context) (context.Context, func(*error)) {
+	return db.boundFor(ctx, db.opts.QueryTimeout)
+}
+
+// boundSlow is bound for the console's reads that may scan much (search, statistics, the
+// session list with a filter).
+func (db *DB) boundSlow(ctx context.Context) (context.Context, func(*error)) {
+	return db.boundFor(ctx, 6*db.opts.QueryTimeout)
+}
+
+func (db *DB) boundFor(parent context.Context, d time.Duration) (context.Context, func(*error)) {
+	ctx, cancel := context.WithTimeout(parent, d)
+	return ctx, func(err *error) {
+		// Read before cancel, which ends ctx too.
+		expired := ctx.Err() != nil && parent.Err() == nil
+		cancel()
+		if *err != nil && expired {
+			// Not %w for the original error: it wraps context.DeadlineExceeded, which
+			// callers read as their own request having been cancelled.
+			*err = fmt.Errorf("%w (%s): %v", ErrTimeout, d, *err)
+		}
+	}
 }
 
 // DB is an open PostgreSQL database.
@@ -121,6 +171,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = opts.MaxConns
 	}
+	// Without one, a dial to a host that drops packets waits for the kernel (minutes).
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	}
 	if opts.Committers >= int(cfg.MaxConns) {
 		opts.Committers = max(1, int(cfg.MaxConns)/2)
 	}
@@ -129,7 +183,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: connect to %s: %w", desc, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout+opts.QueryTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("storage: connect to %s: %w", desc, err)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,30 +324,120 @@ func TestRefusedStepFailsAlone(t *testing.T) {
 	require.Len(t, page.Sessions, 4)
 }
 
-func TestPruneBySize(t *testing.T) {
+// stepBytes reads the steps' size total (counting what is not yet counted first) and
+// recounts it from the steps.
+func stepBytes(t *testing.T, db *DB) (total, recount int64) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.UsedBytes(ctx)
+	require.NoError(t, err)
+	var seq, upto int64
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT step_bytes, step_bytes_upto, seq, (SELECT coalesce(sum(vigil_step_bytes(s.request,
+		s.response, s.matched_rules, s.text, s.search, s.peers)), 0) FROM steps s) FROM vigil_seq`).Scan(&total, &upto, &seq, &recount))
+	require.Equal(t, seq, upto, "counted up to the newest seq")
+	return total, recount
+}
+
+// TestStepBytesFollowTheSteps: the total retention by size reads is what the stored steps
+// add up to after every kind of write, whether their steps were counted before or not, and
+// close to what they take on disk.
+func TestStepBytesFollowTheSteps(t *testing.T) {
 	db := openTest(t)
 	ctx := context.Background()
-	var seqs []int64
-	for i := range 200 {
-		rec := step(fmt.Sprint("s", i%10))
-		rec.Text = fmt.Sprint("step ", i)
-		require.NoError(t, db.SaveStep(ctx, rec))
-		seqs = append(seqs, rec.Seq)
+	requireTotal := func(msg string) int64 {
+		t.Helper()
+		total, recount := stepBytes(t, db)
+		require.Equal(t, recount, total, msg)
+		return total
 	}
-	used, err := db.UsedBytes(ctx)
+	require.Zero(t, requireTotal("empty"))
+	save := func(n int) {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range n {
+					rec := step(fmt.Sprint("s", i%5))
+					rec.ReceivedAt = time.Now().Add(time.Duration(w*n+i-4*n) * time.Hour)
+					// A few KB that compress badly, and some large enough to be stored out of line.
+					rec.Text = hex.EncodeToString([]byte(rand.Text() + strings.Repeat(rand.Text(), i*(1+w%2))))
+					rec.Request = json.RawMessage(`{"text":"` + rec.Text + `"}`)
+					if err := db.SaveStep(ctx, rec); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Counted while steps commit: each counted once.
+	counting := make(chan struct{})
+	go func() {
+		defer close(counting)
+		for range 20 {
+			if _, err := db.UsedBytes(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	save(50)
+	<-counting
+	full := requireTotal("after concurrent batches")
+	require.Positive(t, full)
+
+	// Close to the tables' size once they hold nothing else (measured within 10 %; a
+	// looser bound here, for small tables).
+	for _, tbl := range []string{"steps", "events"} {
+		_, err := db.Pool().Exec(ctx, `VACUUM FULL `+tbl)
+		require.NoError(t, err)
+	}
+	var disk int64
+	require.NoError(t, db.Pool().QueryRow(ctx, `SELECT pg_total_relation_size('steps') + pg_total_relation_size('events')`).Scan(&disk))
+	require.InEpsilon(t, disk, full, 0.3, "estimate %d, tables %d", full, disk)
+	require.Equal(t, full, requireTotal("a rewrite of the table changes nothing"))
+
+	res, err := db.Prune(ctx, time.Now(), record.Retention{MaxAge: 100 * time.Hour, BatchSize: 30})
 	require.NoError(t, err)
-	res, err := db.Prune(ctx, time.Now(), record.Retention{MaxBytes: used / 2, BatchSize: 30})
+	require.Positive(t, res.Steps)
+	afterAge := requireTotal("after pruning by age")
+	require.Less(t, afterAge, full)
+	require.Equal(t, res.UsedBefore-res.UsedAfter, full-afterAge, "the used size falls by what the steps counted")
+
+	// Steps deleted before they were counted, and after.
+	save(5)
+	for _, which := range []string{"max", "min"} {
+		_, err = db.Pool().Exec(ctx, `DELETE FROM steps WHERE seq = (SELECT `+which+`(seq) FROM steps)`)
+		require.NoError(t, err)
+		requireTotal("after an administrator's delete of the " + which + " seq")
+	}
+	_, err = db.Pool().Exec(ctx, `UPDATE steps SET text = text || text WHERE seq = (SELECT max(seq) FROM steps)`)
 	require.NoError(t, err)
-	// 200 steps at used bytes, brought to 0.45 of it pro rata: about 110 go, the oldest.
-	require.InDelta(t, 110, res.Steps, 3)
-	require.Equal(t, int(res.Steps+29)/30, res.Batches)
-	left, err := db.StepsBefore(ctx, 0, 1000)
+	requireTotal("after an update")
+	_, err = db.Pool().Exec(ctx, `TRUNCATE steps`)
 	require.NoError(t, err)
-	require.Len(t, left, 200-int(res.Steps))
-	require.Equal(t, seqs[res.Steps], left[0].Seq)
-	res, err = db.Prune(ctx, time.Now(), record.Retention{MaxBytes: 1 << 40})
+	require.Zero(t, requireTotal("after a truncate"))
+}
+
+// TestLoadedStepsAreCounted: the steps `vigil migrate` loads are counted as any others.
+func TestLoadedStepsAreCounted(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	var steps []record.StepRecord
+	for i := range 3 * stepBytesChunk / 2 {
+		rec := step(fmt.Sprint("s", i%3))
+		rec.Seq, rec.ReceivedAt = int64(2*i+1), time.Now()
+		rec.Text = strings.Repeat(fmt.Sprint(i), 100)
+		steps = append(steps, *rec)
+	}
+	_, err := db.Load(ctx, func(l *Loader) error { return l.Steps(steps) })
 	require.NoError(t, err)
-	require.Zero(t, res.Steps, "under the bound nothing goes")
+	got, want := stepBytes(t, db)
+	require.Positive(t, want)
+	require.Equal(t, want, got, "counted in several chunks")
+	require.NoError(t, db.SaveStep(ctx, step("s0")))
+	got, want = stepBytes(t, db)
+	require.Equal(t, want, got, "and on after the load")
 }
 
 // TestSurvivesKilledConnections: connections the server ends (a restart, a failover, an

@@ -14,7 +14,9 @@ import (
 )
 
 // AppendEvent stores a non-step event, sets ev.Seq (and normalises ev.At) once committed.
-func (db *DB) AppendEvent(ctx context.Context, ev *record.Event) error {
+func (db *DB) AppendEvent(ctx context.Context, ev *record.Event) (err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	switch ev.Type {
 	case "":
 		return errors.New("storage: event has no type")
@@ -33,7 +35,7 @@ func (db *DB) AppendEvent(ctx context.Context, ev *record.Event) error {
 	ev.At = norm(ev.At)
 	ev.Type, ev.SessionID, payload = cleanText(ev.Type), cleanText(ev.SessionID), cleanJSON(payload)
 	var seq int64
-	err := db.writeTx(ctx, func(t *seqTx) error {
+	err = db.writeTx(ctx, func(t *seqTx) error {
 		e, err := t.event(ev.Type, ev.SessionID, ev.At, payload)
 		seq = e.Seq
 		return err
@@ -50,7 +52,9 @@ const pageOverhead = 512
 
 // EventsAfter returns events with seq > after in seq order, at most limit (clamped to
 // 1..1000, default 500). A step event's payload is the step as Step returns it.
-func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]record.Event, error) {
+func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) (_ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	return db.EventsPage(ctx, after, record.EventPage{Limit: limit})
 }
 
@@ -64,7 +68,9 @@ const stepBulkSQL = `coalesce(octet_length(s.request), 0) + coalesce(octet_lengt
 // read; a second reads the page's steps, their seqs being exactly those of its step events.
 // Events are visible in seq order (seqs are taken in commit order), so the second query
 // finds every step of the page committed; one pruned meanwhile is published as null.
-func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
+func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) (_ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	p.Limit = storage.ClampLimit(p.Limit, 500, 1000)
 	rows, err := db.pool.Query(ctx, `SELECT e.seq, e.type, e.session_id, e.at, e.payload,
 		coalesce(`+stepBulkSQL+`, 0)
@@ -192,7 +198,9 @@ const sessionColumns = `s.id, s.agent_id, s.agent_name, s.user_id, s.first_seen,
 // keyset pagination on the cursor q.Before. Limit is clamped to 1..500 (default 50). Search
 // keeps sessions whose id, agent id, agent name, user id, or client or server name contains
 // it, ignoring case.
-func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.SessionPage, error) {
+func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (_ record.SessionPage, err error) {
+	ctx, done := db.boundSlow(ctx)
+	defer done(&err)
 	limit := storage.ClampLimit(q.Limit, 50, 500)
 	var (
 		where []string
@@ -244,7 +252,9 @@ func (db *DB) Sessions(ctx context.Context, q record.SessionQuery) (record.Sessi
 }
 
 // Session returns one session's summary, or ErrNotFound.
-func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
+func (db *DB) Session(ctx context.Context, id string) (_ record.Session, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	s, err := storage.ScanSession(db.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)

@@ -21,7 +21,9 @@ const holdColumns = `id, seq, session_id, agent_id, method, kind, tool, rule_id,
 
 // CreateHold stores a new pending hold with its hold.created event and, when audit is not
 // nil, its audit entry, in one transaction, and returns the events written in seq order.
-func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.AuditEntry) ([]record.Event, error) {
+func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.AuditEntry) (_ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if err := h.CheckNew(); err != nil {
 		return nil, err
 	}
@@ -77,7 +79,9 @@ func (db *DB) CreateHold(ctx context.Context, h *record.Hold, audit *record.Audi
 // entry in the same transaction. The update is conditional on the hold still being pending,
 // so of two replicas resolving one hold the first to commit wins; the other gets
 // ErrHoldDecided with the hold as stored. An unknown id returns ErrNotFound.
-func (db *DB) ResolveHold(ctx context.Context, id string, res record.HoldResolution, audit *record.AuditEntry) (record.Hold, []record.Event, error) {
+func (db *DB) ResolveHold(ctx context.Context, id string, res record.HoldResolution, audit *record.AuditEntry) (_ record.Hold, _ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if err := res.Check(id); err != nil {
 		return record.Hold{}, nil, err
 	}
@@ -183,7 +187,9 @@ const RestartNote = "guardian stopped while pending; the agent's connection was 
 // ResolvePendingOnStartup ends every pending hold as interrupted, with RestartNote and no
 // decision, each with its hold.resolved event and a hold.interrupted audit entry, in one
 // transaction. It returns the ended holds, oldest first, and the events.
-func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]record.Hold, []record.Event, error) {
+func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) (_ []record.Hold, _ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	now = norm(now)
 	if now.IsZero() {
 		now = norm(time.Now())
@@ -192,7 +198,7 @@ func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]rec
 		holds  []record.Hold
 		events []record.Event
 	)
-	err := db.writeTx(ctx, func(t *seqTx) error {
+	err = db.writeTx(ctx, func(t *seqTx) error {
 		holds, events = holds[:0], events[:0]
 		rows, err := t.Query(ctx, `UPDATE holds SET status = $1, decision = '', decided_by = '',
 			decided_at = $2, note = $3 WHERE status = 'pending' RETURNING `+holdColumns,
@@ -236,7 +242,9 @@ func (db *DB) ResolvePendingOnStartup(ctx context.Context, now time.Time) ([]rec
 }
 
 // SetHoldSeq records the seq of the held step once it is stored.
-func (db *DB) SetHoldSeq(ctx context.Context, id string, seq int64) error {
+func (db *DB) SetHoldSeq(ctx context.Context, id string, seq int64) (err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	return db.plainTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE holds SET seq = $1 WHERE id = $2`, seq, id)
 		if err != nil {
@@ -250,7 +258,9 @@ func (db *DB) SetHoldSeq(ctx context.Context, id string, seq int64) error {
 }
 
 // GetHold returns one hold, or ErrNotFound.
-func (db *DB) GetHold(ctx context.Context, id string) (record.Hold, error) {
+func (db *DB) GetHold(ctx context.Context, id string) (_ record.Hold, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	h, err := scanHold(db.pool.QueryRow(ctx, `SELECT `+holdColumns+` FROM holds WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.Hold{}, fmt.Errorf("storage: hold %s: %w", id, record.ErrNotFound)
@@ -263,7 +273,9 @@ func (db *DB) GetHold(ctx context.Context, id string) (record.Hold, error) {
 
 // HoldBySeq returns the hold of the stored step seq, or ErrNotFound; the newest wins should
 // two claim it.
-func (db *DB) HoldBySeq(ctx context.Context, seq int64) (record.Hold, error) {
+func (db *DB) HoldBySeq(ctx context.Context, seq int64) (_ record.Hold, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if seq <= 0 {
 		return record.Hold{}, fmt.Errorf("storage: hold of step %d: %w", seq, record.ErrNotFound)
 	}
@@ -280,12 +292,11 @@ func (db *DB) HoldBySeq(ctx context.Context, seq int64) (record.Hold, error) {
 
 // ListHolds returns holds with the given status ("" or "all" for every status), pending
 // ones oldest first and others newest first; limit is clamped to 1..1000 (default 200).
-func (db *DB) ListHolds(ctx context.Context, status string, limit int) ([]record.Hold, error) {
+func (db *DB) ListHolds(ctx context.Context, status string, limit int) (_ []record.Hold, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	limit = storage.ClampLimit(limit, 200, 1000)
-	var (
-		rows pgx.Rows
-		err  error
-	)
+	var rows pgx.Rows
 	switch status {
 	case "", "all":
 		rows, err = db.pool.Query(ctx, `SELECT `+holdColumns+` FROM holds
@@ -341,7 +352,9 @@ func scanHold(row pgx.Row) (record.Hold, error) {
 
 // SetSessionControl sets a session's control and stores its session.control event and audit
 // entry in one transaction; a session not seen yet gets a row.
-func (db *DB) SetSessionControl(ctx context.Context, c record.SessionControl, audit *record.AuditEntry) ([]record.Event, error) {
+func (db *DB) SetSessionControl(ctx context.Context, c record.SessionControl, audit *record.AuditEntry) (_ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	state, ok := record.ControlState(c.Control)
 	if !ok {
 		return nil, fmt.Errorf("storage: session control %q: must be pause, resume or block", c.Control)
@@ -389,7 +402,9 @@ func (db *DB) SetSessionControl(ctx context.Context, c record.SessionControl, au
 }
 
 // SessionControls returns the control of every session that is not active.
-func (db *DB) SessionControls(ctx context.Context) (map[string]string, error) {
+func (db *DB) SessionControls(ctx context.Context) (_ map[string]string, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rows, err := db.pool.Query(ctx, `SELECT id, control FROM sessions WHERE control <> 'active'`)
 	if err != nil {
 		return nil, fmt.Errorf("storage: session controls: %w", err)
@@ -470,7 +485,9 @@ func appendAudit(t *seqTx, a *auditArgs) (record.Event, error) {
 
 // AppendAudit stores e and its "audit" event in one transaction, sets e.ID, e.Seq and e.At
 // and returns the event.
-func (db *DB) AppendAudit(ctx context.Context, e *record.AuditEntry) (record.Event, error) {
+func (db *DB) AppendAudit(ctx context.Context, e *record.AuditEntry) (_ record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	a, err := prepareAudit(e, time.Now())
 	if err != nil {
 		return record.Event{}, err
@@ -512,7 +529,9 @@ func scanAudit(row pgx.Row) (record.AuditEntry, error) {
 }
 
 // ListAudit returns audit entries matching q, newest first.
-func (db *DB) ListAudit(ctx context.Context, q record.AuditQuery) ([]record.AuditEntry, error) {
+func (db *DB) ListAudit(ctx context.Context, q record.AuditQuery) (_ []record.AuditEntry, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	limit := storage.ClampLimit(q.Limit, 100, 1000)
 	var (
 		where []string

@@ -75,6 +75,7 @@ func (db *DB) Load(ctx context.Context, fn func(l *Loader) error) (Counts, error
 
 // Count returns how many rows of each kind the database holds.
 func (db *DB) Count(ctx context.Context) (Counts, error) {
+	// Not bounded by QueryTimeout: it counts whole tables, for `vigil migrate`.
 	var c Counts
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error

@@ -8,19 +8,91 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// UsedBytes is the size of the backend's tables and indexes.
+// UsedBytes is what retention by size bounds: an estimate of the steps' live data (with
+// their events and index entries) plus the size of every other table of the schema.
+//
+// Not the tables' sizes alone: PostgreSQL does not give back the space of deleted rows (it
+// reuses it), so the steps' files never shrink and a bound on them would be met only by
+// deleting nearly everything. The steps are counted instead by the total that migration
+// 003 keeps on the seq counter row (see there), brought up to date here with the steps
+// written since the last call; a deleted step leaves it by exactly what it added. The
+// events table is left out (a step's event is in its estimate; the other events are
+// small); the other tables, which retention does not delete from, count with their full
+// size.
 func (db *DB) UsedBytes(ctx context.Context) (int64, error) {
+	if err := db.countStepBytes(ctx); err != nil {
+		return 0, err
+	}
+	ctx, done := db.bound(ctx)
+	var err error
+	defer done(&err)
 	var n int64
-	if err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8
+	if err = db.pool.QueryRow(ctx, `SELECT (SELECT step_bytes FROM vigil_seq WHERE id = 1)
+		+ coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = current_schema() AND c.relkind = 'r'`).Scan(&n); err != nil {
+		WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname NOT IN ('steps', 'events')`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("storage: used size: %w", err)
 	}
 	return n, nil
+}
+
+// stepBytesChunk is how many seqs one transaction of countStepBytes covers: a short hold
+// of the counter's lock, which the step committers wait for (some 4 ms for 1000 steps of
+// 1.5 KB on a loaded 2-core machine, as long as a retention batch).
+const stepBytesChunk = 1000
+
+// countStepBytes adds the steps committed since the last count to the total, a chunk of
+// seqs per transaction. Each holds the counter row's lock: no step commits meanwhile, so
+// every seq up to the counter is committed and visible to the sum, and no retention batch
+// deletes (and subtracts) at the same time. A first count of a large table takes many
+// short transactions, each bounded; what was counted stays counted if one fails.
+func (db *DB) countStepBytes(ctx context.Context) error {
+	for {
+		caughtUp, err := db.countStepBytesChunk(ctx)
+		if err != nil {
+			return fmt.Errorf("storage: count the steps' size: %w", err)
+		}
+		if caughtUp {
+			return nil
+		}
+	}
+}
+
+// countStepBytesChunk counts one chunk and reports whether the count has caught up.
+func (db *DB) countStepBytesChunk(ctx context.Context) (caughtUp bool, err error) {
+	if db.isClosed() {
+		return false, ErrClosed
+	}
+	ctx, done := db.bound(ctx)
+	defer done(&err)
+	// READ COMMITTED whatever the server's default: the sum must take its snapshot after
+	// the lock is granted.
+	err = pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		var seq, upto int64
+		if err := tx.QueryRow(ctx, `SELECT seq, step_bytes_upto FROM vigil_seq WHERE id = 1 FOR UPDATE`).Scan(&seq, &upto); err != nil {
+			return fmt.Errorf("lock seq: %w", err)
+		}
+		to := min(seq, upto+stepBytesChunk)
+		caughtUp = to == seq
+		if to <= upto {
+			return nil
+		}
+		// A new statement, so a new snapshot: it sees every step the lock waited for.
+		if _, err := tx.Exec(ctx, `UPDATE vigil_seq SET step_bytes = step_bytes + (
+				SELECT coalesce(sum(vigil_step_bytes(s.request, s.response, s.matched_rules, s.text, s.search, s.peers)), 0)
+				FROM steps s WHERE s.seq > $1 AND s.seq <= $2),
+			step_bytes_upto = $2 WHERE id = 1`, upto, to); err != nil {
+			return fmt.Errorf("count: %w", err)
+		}
+		return nil
+	})
+	return caughtUp, err
 }
 
 // Prune deletes steps (with their events) the retention policy no longer keeps, oldest
@@ -28,11 +100,10 @@ func (db *DB) UsedBytes(ctx context.Context) (int64, error) {
 // pending hold). The seq counter is a row of its own, so deleting the newest events never
 // lets a seq be handed out twice.
 //
-// MaxBytes: PostgreSQL does not shrink tables when rows are deleted (vacuum makes the space
-// reusable), so the used size cannot be watched going down as SQLite's is. Above MaxBytes,
-// Prune deletes the share of the oldest steps that brings the size to nine tenths of it
-// pro rata (a step's share of the size taken as the average), and leaves the space to
-// autovacuum.
+// MaxBytes: as on SQLite, above the bound the oldest steps go a batch at a time until
+// UsedBytes is back under nine tenths of it, measured again after each batch (a read of
+// one row and the catalog), so a pass stops at the target and the next pass, finding the
+// size under the bound, deletes nothing.
 func (db *DB) Prune(ctx context.Context, now time.Time, r record.Retention) (record.PruneResult, error) {
 	r = r.WithDefaults()
 	var res record.PruneResult
@@ -55,37 +126,37 @@ func (db *DB) Prune(ctx context.Context, now time.Time, r record.Retention) (rec
 				break
 			}
 		}
-	}
-	if r.MaxBytes > 0 && used > r.MaxBytes {
-		var steps int64
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM steps`).Scan(&steps); err != nil {
-			return res, fmt.Errorf("storage: prune: count steps: %w", err)
+		if res.UsedAfter, err = db.UsedBytes(ctx); err != nil {
+			return res, err
 		}
+	}
+	if r.MaxBytes > 0 && res.UsedAfter > r.MaxBytes {
 		target := r.MaxBytes / 10 * 9
-		excess := steps - int64(float64(steps)*float64(target)/float64(used))
-		for excess > 0 {
-			n, err := db.pruneBatch(ctx, 0, int(min(excess, int64(r.BatchSize))), &res)
+		for res.UsedAfter > target {
+			n, err := db.pruneBatch(ctx, 0, r.BatchSize, &res)
 			if err != nil {
 				return res, err
 			}
+			if res.UsedAfter, err = db.UsedBytes(ctx); err != nil {
+				return res, err
+			}
 			if n == 0 {
+				// What is left is not steps (audit, holds, rules): nothing more to prune.
 				break
 			}
-			excess -= int64(n)
 		}
-	}
-	if res.UsedAfter, err = db.UsedBytes(ctx); err != nil {
-		return res, err
 	}
 	return res, nil
 }
 
 // pruneBatch deletes up to limit of the oldest steps (received before cutoff when > 0).
-func (db *DB) pruneBatch(ctx context.Context, cutoff int64, limit int, res *record.PruneResult) (int, error) {
+func (db *DB) pruneBatch(ctx context.Context, cutoff int64, limit int, res *record.PruneResult) (_ int, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	var steps, sessions int64
 	// The seq lock orders this batch with the step committers, which update the same
 	// session rows: without it the two could lock them in opposite orders.
-	err := db.writeTx(ctx, func(t *seqTx) error {
+	err = db.writeTx(ctx, func(t *seqTx) error {
 		steps, sessions = 0, 0
 		cond := `TRUE`
 		args := []any{limit}

@@ -18,7 +18,9 @@ import (
 const AuditRulePrefix = "rule."
 
 // ListRules returns every rule by id.
-func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
+func (db *DB) ListRules(ctx context.Context) (_ []rules.Rule, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rows, err := db.pool.Query(ctx, `SELECT id, version, rule, updated_at FROM rules ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("storage: list rules: %w", err)
@@ -39,7 +41,9 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 }
 
 // GetRule returns one rule, or ErrNotFound.
-func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
+func (db *DB) GetRule(ctx context.Context, id string) (_ rules.Rule, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	r, err := storage.ScanRule(db.pool.QueryRow(ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rules.Rule{}, fmt.Errorf("storage: rule %q: %w", id, record.ErrNotFound)
@@ -52,7 +56,9 @@ func (db *DB) GetRule(ctx context.Context, id string) (rules.Rule, error) {
 
 // RuleVersions returns every version of a rule, newest first; ErrNotFound when it never
 // existed.
-func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error) {
+func (db *DB) RuleVersions(ctx context.Context, id string) (_ []record.RuleVersion, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rows, err := db.pool.Query(ctx, `SELECT version, rule, saved_at, operator, op
 		FROM rule_versions WHERE rule_id = $1 ORDER BY version DESC`, id)
 	if err != nil {
@@ -77,7 +83,9 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 }
 
 // RuleVersion returns one version of a rule, or ErrNotFound.
-func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error) {
+func (db *DB) RuleVersion(ctx context.Context, id string, version int) (_ record.RuleVersion, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	v, err := storage.ScanRuleVersion(db.pool.QueryRow(ctx, `SELECT version, rule, saved_at, operator, op
 		FROM rule_versions WHERE rule_id = $1 AND version = $2`, id, version), id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -93,7 +101,9 @@ func (db *DB) RuleVersion(ctx context.Context, id string, version int) (record.R
 // transaction, and returns the rules as saved and the events in seq order: one
 // rule.changed event per change (or one for the batch when b.EventOp is set), then one
 // audit entry per change.
-func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error) {
+func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) (_ []rules.Rule, _ []record.Event, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if len(b.Changes) == 0 {
 		return nil, nil, errors.New("storage: empty rule batch")
 	}
@@ -121,7 +131,7 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule,
 		saved  []rules.Rule
 		events []record.Event
 	)
-	err := db.writeTx(ctx, func(t *seqTx) error {
+	err = db.writeTx(ctx, func(t *seqTx) error {
 		saved, events = make([]rules.Rule, 0, len(changes)), make([]record.Event, 0, 2*len(changes))
 		ids := make([]string, 0, len(changes))
 		audits := make([]ruleAudit, 0, len(changes))

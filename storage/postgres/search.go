@@ -127,7 +127,9 @@ func tokensSQL(cols ...string) string {
 }
 
 // Search finds steps matching q, newest first, a page at a time.
-func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPage, error) {
+func (db *DB) Search(ctx context.Context, q record.SearchQuery) (_ record.SearchPage, err error) {
+	ctx, done := db.boundSlow(ctx)
+	defer done(&err)
 	for _, f := range []struct{ name, v string }{
 		{"q", q.Text}, {"session", q.Session}, {"agent", q.Agent}, {"user", q.User},
 		{"tool", q.Tool}, {"decision", q.Decision}, {"rule", q.Rule},

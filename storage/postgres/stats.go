@@ -13,9 +13,11 @@ import (
 
 // Stats is the dashboard summary at now, read in one REPEATABLE READ transaction so its
 // parts agree.
-func (db *DB) Stats(ctx context.Context, now time.Time) (record.Stats, error) {
+func (db *DB) Stats(ctx context.Context, now time.Time) (_ record.Stats, err error) {
+	ctx, done := db.boundSlow(ctx)
+	defer done(&err)
 	st := record.Stats{TopRules: []record.RuleCount{}, TopTools: []record.ToolCount{}}
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(steps), 0)::int8 FROM sessions`).
 			Scan(&st.Sessions, &st.Steps); err != nil {
 			return fmt.Errorf("totals: %w", err)

@@ -192,11 +192,12 @@ func (db *DB) commitBatch(batch []*stepReq) {
 }
 
 // commitSteps writes batch in one transaction and sets each request's seq.
-func (db *DB) commitSteps(batch []*stepReq) error {
+func (db *DB) commitSteps(batch []*stepReq) (err error) {
 	// Not the callers' contexts: the batch is theirs together, and a step whose caller gave
-	// up is still stored whole or not at all.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	// up is still stored whole or not at all. Bounded, so a stalled database fails the
+	// batch's steps (their agents get an error) rather than holding them.
+	ctx, done := db.bound(context.Background())
+	defer done(&err)
 	n := len(batch)
 	var (
 		sids, turns, stepIDs, methods, kinds         = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -407,7 +408,9 @@ func (db *DB) querySteps(ctx context.Context, capacity int, query string, args .
 }
 
 // Step returns the step with the given seq, or ErrNotFound.
-func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
+func (db *DB) Step(ctx context.Context, seq int64) (_ record.StepRecord, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	rec, err := scanStep(db.pool.QueryRow(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = $1`, seq))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return record.StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, record.ErrNotFound)
@@ -420,7 +423,9 @@ func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
 
 // Steps pages through a session's steps in arrival (seq) order after q.After. Limit is
 // clamped to 1..1000 (default 200).
-func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecord, error) {
+func (db *DB) Steps(ctx context.Context, q record.StepQuery) (_ []record.StepRecord, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	limit := storage.ClampLimit(q.Limit, 200, 1000)
 	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, q.SessionID, q.After, limit)
@@ -431,7 +436,9 @@ func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecor
 }
 
 // RecentSteps returns up to limit (at most 1000) of a session's newest steps, oldest first.
-func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]record.StepRecord, error) {
+func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) (_ []record.StepRecord, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	if limit <= 0 {
 		return []record.StepRecord{}, nil
 	}
@@ -447,7 +454,9 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 
 // StepsBefore returns up to limit (default 1000, at most 10000) of the newest steps with
 // seq < before (0: no bound), oldest first.
-func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
+func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) (_ []record.StepRecord, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	limit = storage.ClampLimit(limit, 1000, 10000)
 	if before <= 0 {
 		before = math.MaxInt64
@@ -463,7 +472,9 @@ func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]recor
 
 // SessionStepsBefore returns up to limit (default 200, at most 1000) of a session's newest
 // steps with seq < before (0: no bound), oldest first.
-func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error) {
+func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) (_ []record.StepRecord, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
 	limit = storage.ClampLimit(limit, 200, 1000)
 	if before <= 0 {
 		before = math.MaxInt64

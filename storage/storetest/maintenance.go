@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +79,47 @@ var maintenanceCases = []testCase{
 			found = append([]int64{h.Seq}, found...)
 		}
 		require.Equal(t, kept, found, "search finds no pruned step")
+	}},
+	{"PruneBySizeTrimsOnceToTheTarget", func(t *testing.T, db storage.Backend) {
+		// Steps of some 4 KB of text that does not compress away, so that they are most of
+		// the database whatever the backend's fixed overhead.
+		rnd := rand.New(rand.NewPCG(1, 2))
+		const n = 400
+		var seqs []int64
+		for i := range n {
+			rec := step(fmt.Sprint("s", i%8), "allow", time.Duration(i)*time.Second)
+			words := make([]string, 500)
+			for j := range words {
+				words[j] = strconv.FormatUint(rnd.Uint64(), 36)[:7]
+			}
+			rec.Text = strings.Join(words, " ")
+			seqs = append(seqs, save(t, db, rec).Seq)
+		}
+		waitIndexed(t, db)
+		now := t0.Add(time.Hour)
+		full, err := db.Prune(bg(), now, record.Retention{})
+		require.NoError(t, err)
+		bound := full.UsedBefore / 4 * 3
+		policy := record.Retention{MaxBytes: bound, BatchSize: 20}
+
+		res, err := db.Prune(bg(), now, policy)
+		require.NoError(t, err)
+		require.Positive(t, res.Steps)
+		require.Less(t, res.Steps, int64(n), "steps still fit under the bound")
+		require.LessOrEqual(t, res.UsedAfter, bound/10*9, "trimmed to nine tenths of the bound")
+		left, err := db.StepsBefore(bg(), 0, n)
+		require.NoError(t, err)
+		require.Len(t, left, n-int(res.Steps))
+		require.Equal(t, seqs[res.Steps], left[0].Seq, "the oldest went")
+
+		// The used size went down with the steps: the next passes find it under the bound
+		// and delete nothing (a size that never shrank would delete again on every pass).
+		for pass := range 3 {
+			again, err := db.Prune(bg(), now, policy)
+			require.NoError(t, err)
+			require.Zero(t, again.Steps, "pass %d after the size prune", pass+2)
+			require.LessOrEqual(t, again.UsedBefore, bound)
+		}
 	}},
 	{"SeqsNeverRepeatAfterPruningTheNewest", func(t *testing.T, db storage.Backend) {
 		var last int64

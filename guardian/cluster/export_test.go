@@ -1,0 +1,7 @@
+package cluster
+
+// SetHooks makes Run call afterBeat after each heartbeat and afterSweep after each sweep
+// (set before Run starts; nil leaves a hook unset).
+func SetHooks(r *Registry, afterBeat func(error), afterSweep func()) {
+	r.afterBeat, r.afterSweep = afterBeat, afterSweep
+}
