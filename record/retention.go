@@ -15,7 +15,9 @@ import "time"
 type Retention struct {
 	// MaxAge deletes steps received longer ago than this; 0 keeps steps of any age.
 	MaxAge time.Duration
-	// MaxBytes bounds the database's used size (pages in use, without the WAL). Above it the
+	// MaxBytes bounds the database's used size (SQLite: pages in use, without the WAL;
+	// PostgreSQL, which reuses deleted space rather than giving it back: an estimate of the
+	// live data, see docs/operations.md). Above it the
 	// oldest steps are deleted until the used size is back under nine tenths of it, so that
 	// the next passes have room before pruning again; 0 sets no bound.
 	MaxBytes int64
