@@ -15,6 +15,8 @@ import (
 type HoldRequest struct {
 	Step      *aos.Step
 	SessionID string
+	// KeyID is the API key the step came with ("" without one).
+	KeyID string
 	// Verdict is the hold verdict: its rule, message, timeout and timeout decision.
 	Verdict Verdict
 }
@@ -85,6 +87,7 @@ func (h ManagerHolds) Hold(ctx context.Context, req HoldRequest) (HoldOutcome, e
 	if s.Context != nil {
 		r.AgentID = s.Context.Agent.ID
 	}
+	r.KeyID = req.KeyID
 	out, err := h.M.Hold(ctx, r)
 	var full *holds.QueueFullError
 	switch {

@@ -152,7 +152,7 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 			v.Decision = string(aos.Deny)
 			v.Message = "Held for review, but this step cannot be stopped through its protocol; recorded as denied."
 		} else {
-			v, v.HoldID = g.resolveHold(ctx, step, sessionID, v)
+			v, v.HoldID = g.resolveHold(ctx, step, sessionID, meta.KeyID, v)
 			v.Held = v.HoldID != ""
 		}
 	}
@@ -188,7 +188,7 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 
 // resolveHold waits for an operator (or the hold's timeout) and turns the outcome into a
 // final verdict. Without a hold service a hold fails closed.
-func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID string, v Verdict) (Verdict, string) {
+func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, keyID string, v Verdict) (Verdict, string) {
 	if g.holds == nil {
 		v.Decision = string(aos.Deny)
 		v.Message = "Held for review, but no reviewer queue is configured; denied."
@@ -198,7 +198,7 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID st
 	// The step's joined text would be a second copy of its content for as long as it
 	// waits; it is joined again when the step is stored.
 	step.ForgetText()
-	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, Verdict: v})
+	out, err := g.holds.Hold(ctx, HoldRequest{Step: step, SessionID: sessionID, KeyID: keyID, Verdict: v})
 	done()
 	if err != nil {
 		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)

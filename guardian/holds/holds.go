@@ -224,6 +224,10 @@ type Forwarder interface {
 type Request struct {
 	SessionID string
 	AgentID   string
+	// KeyID is the API key the step came with ("" without one). Its holds share the
+	// per-agent limits too: an agent id is what the step claims, and a key that may speak
+	// for any agent could otherwise fill the queue under a new name per step.
+	KeyID     string
 	Method    string
 	Kind      string
 	Tool      string
@@ -310,9 +314,11 @@ type Manager struct {
 
 	mu      sync.Mutex
 	pending map[string]*waiter
-	// pendingBytes and agents are what the waiting holds are charged, in all and per agent.
+	// pendingBytes, agents and keys are what the waiting holds are charged, in all, per
+	// agent and per API key.
 	pendingBytes int64
 	agents       map[string]*agentShare
+	keys         map[string]*agentShare
 	started      bool
 	closed       bool
 	// interrupted are the holds Start ended whose steps were never stored, until
@@ -333,9 +339,10 @@ type Manager struct {
 type waiter struct {
 	id  string
 	req Request
-	// agent is the key of the hold's share of the limits; size is what it is charged.
-	agent string
-	size  int64
+	// agent and key name the hold's shares of the limits (key "" for none); size is what
+	// it is charged.
+	agent, key string
+	size       int64
 	// decide carries an operator's decision to the owner; done is closed once the hold is
 	// resolved, so a decision that arrives later conflicts instead of waiting.
 	decide chan *decideReq
@@ -391,6 +398,7 @@ func NewManager(opts Options) *Manager {
 		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
 		agents:         make(map[string]*agentShare),
+		keys:           make(map[string]*agentShare),
 		closing:        make(chan struct{}),
 		controls:       make(map[string]string),
 	}
@@ -520,6 +528,12 @@ func (m *Manager) admit(w *waiter) error {
 	if sh == nil {
 		sh = &agentShare{}
 	}
+	ks := &agentShare{} // no key: no share to charge
+	if w.key != "" {
+		if k := m.keys[w.key]; k != nil {
+			ks = k
+		}
+	}
 	switch {
 	case m.closed:
 		return ErrClosed
@@ -535,10 +549,21 @@ func (m *Manager) admit(w *waiter) error {
 	case sh.bytes+w.size > m.agentMaxBytes:
 		return &QueueFullError{Limit: fmt.Sprintf("this agent's steps waiting for review take %d bytes, and this one %d more (at most %d per agent)",
 			sh.bytes, w.size, m.agentMaxBytes)}
+	case ks.n >= m.agentMax:
+		return &QueueFullError{Limit: fmt.Sprintf("this API key has %d steps waiting for review (at most %d per key)",
+			ks.n, m.agentMax)}
+	case ks.bytes+w.size > m.agentMaxBytes:
+		return &QueueFullError{Limit: fmt.Sprintf("this API key's steps waiting for review take %d bytes, and this one %d more (at most %d per key)",
+			ks.bytes, w.size, m.agentMaxBytes)}
 	}
 	sh.n++
 	sh.bytes += w.size
 	m.agents[w.agent] = sh
+	if w.key != "" {
+		ks.n++
+		ks.bytes += w.size
+		m.keys[w.key] = ks
+	}
 	m.pendingBytes += w.size
 	m.pending[w.id] = w
 	return nil
@@ -585,7 +610,7 @@ func (m *Manager) Hold(ctx context.Context, req Request) (Outcome, error) {
 	if agent == "" {
 		agent = "session " + req.SessionID
 	}
-	w := &waiter{id: h.ID, req: req, agent: agent, size: max(0, req.Size),
+	w := &waiter{id: h.ID, req: req, agent: agent, key: req.KeyID, size: max(0, req.Size),
 		decide: make(chan *decideReq), done: make(chan struct{})}
 
 	m.mu.Lock()
@@ -886,6 +911,13 @@ func (m *Manager) release(w *waiter) {
 			sh.bytes -= w.size
 			if sh.n == 0 {
 				delete(m.agents, w.agent)
+			}
+		}
+		if ks := m.keys[w.key]; w.key != "" && ks != nil {
+			ks.n--
+			ks.bytes -= w.size
+			if ks.n == 0 {
+				delete(m.keys, w.key)
 			}
 		}
 	}

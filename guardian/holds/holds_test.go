@@ -379,6 +379,10 @@ func TestQueueLimits(t *testing.T) {
 		r.AgentID, r.Size = agent, size
 		return r
 	}
+	keyed := func(r holds.Request, key string) holds.Request {
+		r.KeyID = key
+		return r
+	}
 	for _, tc := range []struct {
 		name   string
 		opts   func(*holds.Options)
@@ -409,6 +413,23 @@ func TestQueueLimits(t *testing.T) {
 			first:  []holds.Request{sized("s1", "a", 700)},
 			refuse: sized("s2", "a", 400),
 			limit:  "this agent's steps waiting for review take 700 bytes, and this one 400 more (at most 1000 per agent)",
+			other:  sized("s3", "b", 900),
+		},
+		{
+			// A key that may speak for any agent cannot fill the queue under new names.
+			name:   "holds per key",
+			opts:   func(o *holds.Options) { o.MaxPending = 8 }, // a quarter: 2 per agent or key
+			first:  []holds.Request{keyed(sized("s1", "a", 1), "k1"), keyed(sized("s2", "b", 1), "k1")},
+			refuse: keyed(sized("s3", "c", 1), "k1"),
+			limit:  "this API key has 2 steps waiting for review (at most 2 per key)",
+			other:  keyed(sized("s4", "d", 1), "k2"),
+		},
+		{
+			name:   "bytes per key",
+			opts:   func(o *holds.Options) { o.MaxPendingBytes = 4000 }, // 1000 per agent or key
+			first:  []holds.Request{keyed(sized("s1", "a", 700), "k1")},
+			refuse: keyed(sized("s2", "b", 400), "k1"),
+			limit:  "this API key's steps waiting for review take 700 bytes, and this one 400 more (at most 1000 per key)",
 			other:  sized("s3", "b", 900),
 		},
 		{
@@ -445,12 +466,13 @@ func TestQueueLimits(t *testing.T) {
 	}
 }
 
-// TestQueueChargesAreReturned: every way a hold ends gives its share back.
+// TestQueueChargesAreReturned: every way a hold ends gives its share back (its agent's and
+// its key's).
 func TestQueueChargesAreReturned(t *testing.T) {
 	e := newEnv(t, func(o *holds.Options) { o.MaxPending, o.MaxPendingPerAgent, o.MaxPendingBytes = 4, 4, 100 })
 	req := func(sid string) holds.Request {
 		r := toolRequest(sid, 5000)
-		r.Size = 100
+		r.Size, r.KeyID = 100, "k1"
 		return r
 	}
 	ends := []func(h holds.Hold, cancel context.CancelFunc){
