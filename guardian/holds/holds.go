@@ -227,10 +227,10 @@ type Request struct {
 	// KeyID is the API key the step came with ("" without one). Its holds share the
 	// per-agent limits too: an agent id is what the step claims, and a key that may speak
 	// for any agent could otherwise fill the queue under a new name per step.
-	KeyID     string
-	Method    string
-	Kind      string
-	Tool      string
+	KeyID  string
+	Method string
+	Kind   string
+	Tool   string
 	// RuleID is the hold rule, or PauseRuleID for a paused session.
 	RuleID  string
 	Message string
