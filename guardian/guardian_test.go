@@ -491,6 +491,22 @@ func TestHoldKeepsTheRequestOpen(t *testing.T) {
 	require.Equal(t, "allow", steps.Steps[0].Decision)
 }
 
+// A hold a survivor ended while this replica had lost the database comes back with the
+// step already stored there: the agent gets its answer, and the step is not stored twice.
+func TestHeldStepStoredElsewhereIsNotStoredAgain(t *testing.T) {
+	q := &queueHolds{got: make(chan guardian.HoldRequest, 1), answer: make(chan guardian.HoldOutcome, 1)}
+	p := &fixedPolicy{v: guardian.Verdict{Decision: guardian.DecisionHold, RuleID: "big-transfer", HoldTimeout: time.Minute, HoldOnTimeout: "deny"}}
+	e := newEnv(t, "", guardian.Options{Policy: p, Holds: q}, guardian.Config{})
+	q.answer <- guardian.HoldOutcome{Decision: "deny", Message: "The guardian is restarting.", StoredSeq: 77}
+	_, b := e.post(sessionSteps("sess-S")[4])
+	require.Equal(t, aos.Deny, decode(t, b).Result.Decision)
+	var steps struct {
+		Steps []record.StepRecord `json:"steps"`
+	}
+	e.get("/api/sessions/sess-S/steps", &steps)
+	require.Empty(t, steps.Steps, "the survivor's record is the step's")
+}
+
 func TestSessionControls(t *testing.T) {
 	q := &queueHolds{got: make(chan guardian.HoldRequest, 1), answer: make(chan guardian.HoldOutcome, 1)}
 	q.control.Store("blocked")

@@ -37,6 +37,10 @@ type HoldOutcome struct {
 	// ReasonCode, when set, comes first among the answer's reason codes: why the queue
 	// answered by itself (holds.ReasonQueueFull, holds.ReasonRestarting).
 	ReasonCode string
+	// StoredSeq is the step's seq when another process has already stored it: a replica
+	// that lost the database past --replica-dead-after had its holds ended by a survivor,
+	// which stored their steps. The step must not be stored a second time.
+	StoredSeq int64
 }
 
 // HoldService parks held steps until an operator or a timeout decides, and knows which
@@ -107,6 +111,7 @@ func (h ManagerHolds) Hold(ctx context.Context, req HoldRequest) (HoldOutcome, e
 		HoldID:     out.Hold.ID,
 		RuleID:     out.RuleID,
 		ReasonCode: out.ReasonCode,
+		StoredSeq:  out.Hold.Seq,
 	}, nil
 }
 

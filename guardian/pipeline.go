@@ -146,13 +146,14 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 		}
 	}
 
+	var storedSeq int64 // set when another process stored the held step already
 	if v.Decision == DecisionHold {
 		if !meta.enforceable() {
 			// Nobody can stop the step: a person waiting on it would decide nothing.
 			v.Decision = string(aos.Deny)
 			v.Message = "Held for review, but this step cannot be stopped through its protocol; recorded as denied."
 		} else {
-			v, v.HoldID = g.resolveHold(ctx, step, sessionID, meta.KeyID, v)
+			v, v.HoldID, storedSeq = g.resolveHold(ctx, step, sessionID, meta.KeyID, v)
 			v.Held = v.HoldID != ""
 		}
 	}
@@ -170,6 +171,13 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 	}
 	rec.LatencyMicros = g.now().Sub(start).Microseconds()
 
+	if storedSeq != 0 {
+		// Stored already, by the replica that ended the hold while this one had lost the
+		// database: the record there is the step's; it is not stored or published twice.
+		rec.Seq = storedSeq
+		hist.add(rec)
+		return v, rec, nil
+	}
 	// The agent may have gone away while the step was held; the step is still recorded.
 	if err := g.store.SaveStep(context.WithoutCancel(ctx), &rec); err != nil {
 		return Verdict{}, record.StepRecord{}, fmt.Errorf("store step: %w", err)
@@ -188,11 +196,11 @@ func (g *Guardian) DecideStep(ctx context.Context, step *aos.Step, meta RequestM
 
 // resolveHold waits for an operator (or the hold's timeout) and turns the outcome into a
 // final verdict. Without a hold service a hold fails closed.
-func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, keyID string, v Verdict) (Verdict, string) {
+func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, keyID string, v Verdict) (_ Verdict, holdID string, storedSeq int64) {
 	if g.holds == nil {
 		v.Decision = string(aos.Deny)
 		v.Message = "Held for review, but no reviewer queue is configured; denied."
-		return v, ""
+		return v, "", 0
 	}
 	done := LongWait(ctx)
 	// The step's joined text would be a second copy of its content for as long as it
@@ -204,7 +212,7 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, k
 		g.log.Error("hold failed", "session", sessionID, "method", step.Method, "err", err)
 		v.Decision = string(aos.Deny)
 		v.Message = "The step could not be queued for review; denied."
-		return v, ""
+		return v, "", 0
 	}
 	if out.ReasonCode != "" {
 		// First: the reason for this answer, ahead of the codes of the rules that held it.
@@ -221,7 +229,7 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, k
 		v.RuleID = out.RuleID
 	}
 	v.ModifiedParams = out.Params
-	return v, out.HoldID
+	return v, out.HoldID, out.StoredSeq
 }
 
 func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) record.StepRecord {

@@ -182,11 +182,14 @@ func (r *Registry) wakeAll() {
 // listen receives the notifications of forwarded decisions and their answers on a
 // connection of its own (a LISTEN belongs to its session), reconnecting until ctx ends.
 func (r *Registry) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := listenRetry(0, true)
 	for {
-		err := r.listenOnce(ctx)
+		listened, err := r.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = listenRetry(backoff, true)
 		}
 		r.log.Warn("listening for forwarded decisions failed; retrying", "err", err, "in", backoff)
 		t := time.NewTimer(backoff)
@@ -196,14 +199,25 @@ func (r *Registry) listen(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = listenRetry(backoff, false)
 	}
 }
 
-func (r *Registry) listenOnce(ctx context.Context) error {
+// listenRetry is the wait before listening again after a wait of last: 100 ms after a
+// connection that listened (its loss is a new failure, not the next of a series, as the
+// event bus counts it), else twice the last, at most 5 s.
+func listenRetry(last time.Duration, listened bool) time.Duration {
+	if listened || last <= 0 {
+		return 100 * time.Millisecond
+	}
+	return min(2*last, 5*time.Second)
+}
+
+// listenOnce listens until the connection fails; listened reports whether LISTEN took.
+func (r *Registry) listenOnce(ctx context.Context) (listened bool, _ error) {
 	pc, err := r.opts.Pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("cluster: listen: %w", err)
+		return false, fmt.Errorf("cluster: listen: %w", err)
 	}
 	conn := pc.Hijack()
 	defer func() {
@@ -215,7 +229,7 @@ func (r *Registry) listenOnce(ctx context.Context) error {
 	_, err = conn.Exec(lctx, "LISTEN "+notifyChannel)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("cluster: listen: %w", err)
+		return false, fmt.Errorf("cluster: listen: %w", err)
 	}
 	// Whatever was notified while not listening is found by looking now.
 	r.wakeClaim()
@@ -223,7 +237,7 @@ func (r *Registry) listenOnce(ctx context.Context) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("cluster: listen: %w", err)
+			return true, fmt.Errorf("cluster: listen: %w", err)
 		}
 		switch kind, arg, _ := strings.Cut(n.Payload, ":"); kind {
 		case "d":

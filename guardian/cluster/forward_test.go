@@ -106,3 +106,21 @@ func TestForwardToAnUnavailableReplicaDecidesNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestListenRetry(t *testing.T) {
+	tests := []struct {
+		last     time.Duration
+		listened bool
+		want     time.Duration
+	}{
+		{0, false, 100 * time.Millisecond},
+		{100 * time.Millisecond, false, 200 * time.Millisecond},
+		{4 * time.Second, false, 5 * time.Second},
+		{5 * time.Second, false, 5 * time.Second},
+		// Listening again resets the series: a later loss retries soon.
+		{5 * time.Second, true, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, cluster.ListenRetry(tt.last, tt.listened), "%v %v", tt.last, tt.listened)
+	}
+}
