@@ -98,6 +98,14 @@ func (c *CLI) open(ctx context.Context, path string) (ClosableStore, *Auth, erro
 // run parses a subcommand's flags, opens the database and runs fn; it returns the exit code.
 func (c *CLI) run(ctx context.Context, name, usage string, args []string, setup func(*flag.FlagSet),
 	npos int, fn func(a *Auth, pos []string) error) int {
+	return c.runPrepared(ctx, name, usage, args, setup, npos, nil, fn)
+}
+
+// runPrepared is run with prepare called before the database is opened: what waits for a
+// person (a password prompt) must not hold the database, whose lock keeps a guardian from
+// starting meanwhile.
+func (c *CLI) runPrepared(ctx context.Context, name, usage string, args []string, setup func(*flag.FlagSet),
+	npos int, prepare func(pos []string) error, fn func(a *Auth, pos []string) error) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	fs.Usage = func() { fmt.Fprint(c.Stderr, usage) }
@@ -115,6 +123,15 @@ func (c *CLI) run(ctx context.Context, name, usage string, args []string, setup 
 	if len(pos) != npos {
 		fmt.Fprintf(c.Stderr, "vigil %s: expected %d argument(s), got %d\n%s", name, npos, len(pos), usage)
 		return 2
+	}
+	if prepare != nil {
+		if err := prepare(pos); err != nil {
+			fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, cliError(err))
+			if errors.Is(err, ErrInvalid) {
+				return 2
+			}
+			return 1
+		}
 	}
 	db, a, err := c.open(ctx, *dbPath)
 	if err != nil {
@@ -247,20 +264,20 @@ func (c *CLI) Users(ctx context.Context, args []string) int {
 	}
 	switch args[0] {
 	case "add":
-		var role string
-		return c.run(ctx, "users add", usersUsage, args[1:], func(fs *flag.FlagSet) {
+		var role, pw string
+		return c.runPrepared(ctx, "users add", usersUsage, args[1:], func(fs *flag.FlagSet) {
 			fs.StringVar(&role, "role", "", "viewer, reviewer or admin")
-		}, 1, func(a *Auth, pos []string) error {
+		}, 1, func(pos []string) error {
 			if !ValidRole(role) {
 				return fmt.Errorf("%w: --role must be viewer, reviewer or admin", ErrInvalid)
 			}
 			if err := checkName(pos[0]); err != nil {
 				return err
 			}
-			pw, err := c.readPassword("Password for " + pos[0])
-			if err != nil {
-				return err
-			}
+			var err error
+			pw, err = c.readPassword("Password for " + pos[0])
+			return err
+		}, func(a *Auth, pos []string) error {
 			u, err := a.AddUser(ctx, pos[0], role, pw, c.Operator)
 			if err != nil {
 				return err
@@ -296,11 +313,12 @@ func (c *CLI) Users(ctx context.Context, args []string) int {
 			return nil
 		})
 	case "passwd":
-		return c.run(ctx, "users passwd", usersUsage, args[1:], nil, 1, func(a *Auth, pos []string) error {
-			pw, err := c.readPassword("New password for " + pos[0])
-			if err != nil {
-				return err
-			}
+		var pw string
+		return c.runPrepared(ctx, "users passwd", usersUsage, args[1:], nil, 1, func(pos []string) error {
+			var err error
+			pw, err = c.readPassword("New password for " + pos[0])
+			return err
+		}, func(a *Auth, pos []string) error {
 			if err := a.SetPassword(ctx, pos[0], pw, c.Operator); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -170,4 +171,33 @@ func TestUsersCLI(t *testing.T) {
 // guardian when one holds it).
 func openSQLite(ctx context.Context, path string, log *slog.Logger) (ClosableStore, error) {
 	return sqlite.Open(ctx, path, sqlite.Options{Logger: log, Readers: 1, Beside: true})
+}
+
+// promptReader is a person at the password prompt: while they type, a guardian starting on
+// the same database must get it.
+type promptReader struct {
+	t      *testing.T
+	path   string
+	answer io.Reader
+	opened bool
+}
+
+func (p *promptReader) Read(b []byte) (int, error) {
+	if !p.opened {
+		p.opened = true
+		db, err := sqlite.Open(context.Background(), p.path, sqlite.Options{})
+		require.NoError(p.t, err, "the database is free while the command waits for the password")
+		require.NoError(p.t, db.Close())
+	}
+	return p.answer.Read(b)
+}
+
+func TestPasswordPromptHoldsNoDatabase(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "vigil.db")
+	for _, args := range [][]string{{"add", "ann", "--role", "admin"}, {"passwd", "ann"}} {
+		var out, errOut bytes.Buffer
+		c := &CLI{DefaultDB: dbPath, Open: openSQLite, Stdout: &out, Stderr: &errOut, Operator: "cli:tester", BcryptCost: 4,
+			Stdin: &promptReader{t: t, path: dbPath, answer: strings.NewReader("correct horse battery\n")}}
+		require.Equal(t, 0, c.Users(context.Background(), args), errOut.String())
+	}
 }

@@ -200,9 +200,11 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	if path == "" {
 		return nil, errors.New("storage: empty database path")
 	}
-	abs, err := filepath.Abs(path)
+	// The file itself, not a link to it: the lock, the journal and SQLite's own files belong
+	// beside the database, and two names for one file must find the same lock.
+	abs, err := ResolvePath(path)
 	if err != nil {
-		return nil, fmt.Errorf("storage: resolve %q: %w", path, err)
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("storage: create directory for %q: %w", abs, err)
@@ -422,6 +424,11 @@ func (db *DB) openJournal() ([][]byte, error) {
 		j, recs, err := openJournal(p)
 		if err != nil {
 			return nil, err
+		}
+		// As the lock file: a journal root made must stay writable by the database's owner.
+		if err := ownLikeDatabase(j.f, db.path); err != nil {
+			_ = j.f.Close()
+			return nil, fmt.Errorf("storage: step journal: %w", err)
 		}
 		j.total = &db.journalBytes
 		db.journalBytes.Add(j.size)

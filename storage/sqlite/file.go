@@ -61,6 +61,10 @@ func FindDatabaseFile(db, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The database's companions sit beside the file a link names, not beside the link.
+	if db, err = ResolvePath(db); err != nil {
+		return "", err
+	}
 	pst, perr := os.Stat(p)
 	for _, f := range Files(db) {
 		if perr == nil {

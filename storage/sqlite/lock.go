@@ -29,9 +29,15 @@ type fileLock struct{ f *os.File }
 
 // lockDatabase takes the lock of the database at abs, or reports who holds it.
 func lockDatabase(abs string) (*fileLock, error) {
-	f, err := os.OpenFile(LockPath(abs), os.O_RDWR|os.O_CREATE, dbFileMode)
+	f, err := openLockFile(LockPath(abs))
 	if err != nil {
 		return nil, fmt.Errorf("storage: open lock file: %w", err)
+	}
+	// Made by root (a keys or users command run with sudo) beside a service account's
+	// database, a root-owned lock file would keep that account's guardian from starting.
+	if err := ownLikeDatabase(f, abs); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("storage: lock file: %w", err)
 	}
 	held, err := tryLock(f)
 	if err != nil {

@@ -108,3 +108,25 @@ func TestNotADatabaseIsLeftAlone(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "no journal was made beside it")
 	}
 }
+
+// Two names for one file find the same lock: a symbolic link to the database (or to its
+// directory) is the database.
+func TestALinkToTheDatabaseIsTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "vigil.db")
+	a, err := Open(ctx, path, Options{ManualIndex: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	link := filepath.Join(dir, "link.db")
+	require.NoError(t, os.Symlink("vigil.db", link))
+	_, err = Open(ctx, link, Options{ManualIndex: true})
+	require.ErrorIs(t, err, ErrInUse)
+	_, err = os.Stat(LockPath(link))
+	require.ErrorIs(t, err, os.ErrNotExist, "no lock or journal beside the link")
+
+	// The export's check of its destination knows the companions of the file behind --db.
+	file, err := FindDatabaseFile(link, path+"-wal")
+	require.NoError(t, err)
+	require.Equal(t, path+"-wal", file)
+}

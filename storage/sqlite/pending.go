@@ -98,7 +98,8 @@ func (db *DB) replayJournal(ctx context.Context, recs [][]byte) error {
 			// Answered steps may be among the dropped bytes: say so loudly, with the copy
 			// that holds them, before the journal is emptied.
 			db.log.Error("storage: step journal damaged; the damaged records are dropped, "+
-				"the intact ones recovered, and the journal as it was kept beside it",
+				"the intact ones recovered, and the journal as it was kept beside it "+
+				"(droppedBytes is exact; droppedRecords is a lower bound when the damage hit their lengths)",
 				"journal", j.path, "copy", d.copy, "droppedRecords", d.records,
 				"droppedBytes", d.bytes, "intactRecords", d.intact)
 		}
