@@ -61,16 +61,19 @@ func FindDatabaseFile(db, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The database's companions sit beside the file a link names, not beside the link.
-	if db, err = ResolvePath(db); err != nil {
+	// The database's companions sit beside the file a link names, not beside the link; the
+	// answer names them as the caller spelled the database.
+	resolved, err := ResolvePath(db)
+	if err != nil {
 		return "", err
 	}
+	given := Files(db)
 	pst, perr := os.Stat(p)
-	for _, f := range Files(db) {
+	for i, f := range Files(resolved) {
 		if perr == nil {
 			if fst, err := os.Stat(f); err == nil {
 				if os.SameFile(pst, fst) {
-					return f, nil
+					return given[i], nil
 				}
 				continue
 			}
@@ -80,7 +83,7 @@ func FindDatabaseFile(db, p string) (string, error) {
 			return "", err
 		}
 		if fres == pres {
-			return f, nil
+			return given[i], nil
 		}
 	}
 	return "", nil

@@ -128,5 +128,5 @@ func TestALinkToTheDatabaseIsTheDatabase(t *testing.T) {
 	// The export's check of its destination knows the companions of the file behind --db.
 	file, err := FindDatabaseFile(link, path+"-wal")
 	require.NoError(t, err)
-	require.Equal(t, path+"-wal", file)
+	require.Equal(t, link+"-wal", file, "named as the caller spelled the database")
 }
