@@ -45,11 +45,11 @@ type turn struct {
 	// replace maps an output item's id to what the client gets instead (nil: nothing).
 	replace map[string][]byte
 	// sent maps the id of a message the client got as the upstream sent it to that message
-	// (its sequence_number null, as in an output list). sentBytes is what sent, replace and
+	// (its sequence_number null, as in an output list). keptBytes is what sent, replace and
 	// added keep until the final response, bounded by MaxResponseBytes as a non-streamed
 	// answer is.
 	sent      map[string][]byte
-	sentBytes int64
+	keptBytes int64
 	// added are messages the gateway put in the output (notices).
 	added []json.RawMessage
 	// approvals are Vigil's answers to mcp_approval_requests, sent upstream after the
@@ -932,43 +932,33 @@ func (t *turn) hold(m *held, ev []byte) error {
 
 // remember keeps the message ev the client got as the upstream sent it, to tell the
 // final response's output items the client was given from those it must judge.
-func (t *turn) remember(id string, ev []byte) error {
-	item := outputItem(ev)
-	old, had := t.sent[id]
-	if err := t.keep(entryCost(id, had, item, old)); err != nil {
-		return err
-	}
-	t.sent[id] = item
-	return nil
-}
+func (t *turn) remember(id string, ev []byte) error { return t.put(t.sent, id, outputItem(ev)) }
 
 // replaceWith keeps what the client gets in place of the output item id (nil: nothing).
-func (t *turn) replaceWith(id string, item []byte) error {
-	old, had := t.replace[id]
-	if err := t.keep(entryCost(id, had, item, old)); err != nil {
-		return err
-	}
-	t.replace[id] = item
-	return nil
-}
+func (t *turn) replaceWith(id string, item []byte) error { return t.put(t.replace, id, item) }
 
-// entryCost is what putting item under id in place of old (had: there was an entry)
-// adds to what a turn keeps.
-func entryCost(id string, had bool, item, old []byte) int {
+// put stores item under id in m (sent or replace), charging what it adds to what the turn
+// keeps.
+func (t *turn) put(m map[string][]byte, id string, item []byte) error {
+	old, had := m[id]
 	n := len(item) - len(old)
 	if !had {
 		n += len(id)
 	}
-	return n
+	if err := t.keep(n); err != nil {
+		return err
+	}
+	m[id] = item
+	return nil
 }
 
 // keep charges n more bytes kept until the final response to the bound of
 // MaxResponseBytes. Whatever the turn keeps counts: the messages sent, the judged messages
-// that replace them (a redacted copy of each) and the notices added; before, only the
-// first did, and a rule redacting every message kept a copy of each beyond the bound.
+// that replace them (a redacted copy of each) and the notices added, or a rule redacting
+// every message would keep a copy of each beyond the bound.
 func (t *turn) keep(n int) error {
-	t.sentBytes += int64(n)
-	if t.sentBytes > t.gw.cfg.MaxResponseBytes {
+	t.keptBytes += int64(n)
+	if t.keptBytes > t.gw.cfg.MaxResponseBytes {
 		return &upstreamError{msg: "the upstream's streamed messages exceed " + sizeText(int(t.gw.cfg.MaxResponseBytes)), err: errTooLarge}
 	}
 	return nil
