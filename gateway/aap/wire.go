@@ -421,11 +421,16 @@ const (
 	maxToolNameSize = 256 // bytes
 )
 
-// checkToolName refuses a list past maxTools and a name past maxToolNameSize.
-func checkToolName(field string, i, n int, name string) error {
+// checkToolCount refuses a list past maxTools.
+func checkToolCount(field string, n int) error {
 	if n > maxTools {
 		return fmt.Errorf("%s: at most %d tools, got %d", field, maxTools, n)
 	}
+	return nil
+}
+
+// checkToolName refuses a name past maxToolNameSize.
+func checkToolName(field string, i int, name string) error {
 	if len(name) > maxToolNameSize {
 		return fmt.Errorf("%s[%d].name: at most %d bytes, got %d", field, i, maxToolNameSize, len(name))
 	}
@@ -434,7 +439,7 @@ func checkToolName(field string, i, n int, name string) error {
 
 // parseToolRefs reads agent.tools.
 func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object, error) {
-	if err := checkToolName(field, 0, len(elems), ""); err != nil {
+	if err := checkToolCount(field, len(elems)); err != nil {
 		return nil, nil, err
 	}
 	refs := make([]toolRef, len(elems))
@@ -449,7 +454,7 @@ func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object,
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := checkToolName(field, i, len(elems), name); err != nil {
+		if err := checkToolName(field, i, name); err != nil {
 			return nil, nil, err
 		}
 		trust := false
@@ -465,7 +470,7 @@ func parseToolRefs(field string, elems []json.RawMessage) ([]toolRef, []*object,
 
 // parseToolSpecs reads client-side tool declarations and returns their names.
 func parseToolSpecs(field string, elems []json.RawMessage) ([]string, error) {
-	if err := checkToolName(field, 0, len(elems), ""); err != nil {
+	if err := checkToolCount(field, len(elems)); err != nil {
 		return nil, err
 	}
 	names := make([]string, len(elems))
@@ -478,7 +483,7 @@ func parseToolSpecs(field string, elems []json.RawMessage) ([]string, error) {
 		if names[i], err = o.str(f, "name", true); err != nil {
 			return nil, err
 		}
-		if err := checkToolName(field, i, len(elems), names[i]); err != nil {
+		if err := checkToolName(field, i, names[i]); err != nil {
 			return nil, err
 		}
 	}
