@@ -12,9 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/vigil-guardian/vigil/internal/syncbuf"
 
 	"github.com/stretchr/testify/require"
 
@@ -443,24 +444,6 @@ func TestServeHelpDespiteBadVariable(t *testing.T) {
 	require.ErrorContains(t, err, `VIGIL_MAX_BODY="lots"`)
 }
 
-// syncBuffer is a log destination the server's goroutines and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServeHoldTimeout: --hold-timeout is the wait of a hold whose rule names no timeout
 // (one default for every hold), 2m unless set.
 func TestServeHoldTimeout(t *testing.T) {
@@ -520,7 +503,7 @@ func TestServeLogsRuleErrors(t *testing.T) {
 	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "vigil.db"),
 		"--rules", rulesFile}, io.Discard)
 	require.NoError(t, err)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()

@@ -1,38 +1,20 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/vigil-guardian/vigil/internal/syncbuf"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vigil-guardian/vigil/record"
 )
-
-// syncBuffer is a log destination the watcher goroutine and the test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestDatabaseFilesArePrivate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vigil.db")
@@ -100,7 +82,7 @@ func TestDeletedDatabaseIsDetectedAndWrittenBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "vigil.db")
-			logs := &syncBuffer{}
+			logs := &syncbuf.Buffer{}
 			db, err := Open(context.Background(), path, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			require.NoError(t, err)
 			for range 20 {

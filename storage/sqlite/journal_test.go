@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-guardian/vigil/internal/syncbuf"
+
 	"github.com/stretchr/testify/require"
 	"github.com/vigil-guardian/vigil/record"
 )
@@ -324,7 +326,7 @@ func TestJournalDamageDropsOnlyTheDamagedRecord(t *testing.T) {
 			bad := tc.damage(bytes.Clone(journal))
 			require.NoError(t, os.WriteFile(JournalPaths(path)[0], bad, 0o600))
 
-			logs := &syncBuffer{}
+			logs := &syncbuf.Buffer{}
 			db, err = Open(ctx, path, Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()

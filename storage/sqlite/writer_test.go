@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-guardian/vigil/internal/syncbuf"
+
 	"github.com/stretchr/testify/require"
 	"github.com/vigil-guardian/vigil/record"
 	"modernc.org/sqlite"
@@ -406,7 +408,7 @@ func TestFlushAfterFailedIngestStoresEverything(t *testing.T) {
 func TestFullDiskIsNamed(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "vigil.db")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	db, err := Open(ctx, path, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), IngestDelay: time.Hour})
 	require.NoError(t, err)
 	// max_page_count belongs to the connection: set on the writer's, the database is full
