@@ -65,7 +65,7 @@ func aapMounts(cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, l
 		}
 		gw, err := aap.New(aap.Options{
 			Name: name, Upstream: upstream, Decider: d, Logger: log,
-			MaxBodyBytes: cfg.MaxBodyBytes, MayWithhold: may, KeyOf: auth.KeyOf, WriteTimeout: cfg.WriteTimeout,
+			MaxBodyBytes: cfg.MaxBodyBytes, MayWithhold: may, KeyOf: auth.KeyOf,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("-aap: %w", err)

@@ -59,9 +59,6 @@ type Options struct {
 	MayWithhold func() bool
 	// KeyOf returns the agent key a request authenticated with (auth.KeyOf).
 	KeyOf func(ctx context.Context) (id, agentID string, ok bool)
-	// WriteTimeout is the server's write timeout: a turn lifts the connection's deadlines
-	// (an agent may work for longer) and gives each write this long instead. 0: none.
-	WriteTimeout time.Duration
 	// Now is the clock.
 	Now func() time.Time
 }

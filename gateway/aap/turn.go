@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/gateway"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 )
 
@@ -197,9 +198,10 @@ func (g *Gateway) handleTurn(w http.ResponseWriter, r *http.Request) {
 	s.applyAgent(tr.agent, options)
 	s.applyClientTools(tr.tools, tr.hasTools)
 	now := g.opts.Now()
-	rc := http.NewResponseController(w)
 	// The server's read and write deadlines bound a whole request; a turn lasts as long as
-	// the agent works and an operator reviews. Each write gets WriteTimeout instead.
+	// the agent works and an operator reviews. Each write gets the write timeout instead.
+	w = gateway.TimedWriter(w, r)
+	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
 	t := &turn{g: g, s: s, r: r, w: w, rc: rc, mode: tr.mode, meta: g.requestMeta(r),
@@ -254,15 +256,7 @@ func (t *turn) decideMeta(step *aos.Step, err error, meta requestMetaT) (verdict
 	}
 }
 
-// deadline gives the next write the server's write timeout.
-func (t *turn) deadline() {
-	if t.g.opts.WriteTimeout > 0 {
-		_ = t.rc.SetWriteDeadline(time.Now().Add(t.g.opts.WriteTimeout))
-	}
-}
-
 func (t *turn) begin() {
-	t.deadline()
 	if t.started {
 		return
 	}
@@ -306,7 +300,6 @@ func (t *turn) turnStart() {
 // finish ends the client's turn with a stop reason.
 func (t *turn) finish(stop string) {
 	if t.mode == modeNone {
-		t.deadline()
 		msgs := t.msgs
 		if msgs == nil {
 			msgs = []json.RawMessage{}
