@@ -317,8 +317,8 @@ type Manager struct {
 	// pendingBytes, agents and keys are what the waiting holds are charged, in all, per
 	// agent and per API key.
 	pendingBytes int64
-	agents       map[string]*agentShare
-	keys         map[string]*agentShare
+	agents       shares
+	keys         shares
 	started      bool
 	closed       bool
 	// interrupted are the holds Start ended whose steps were never stored, until
@@ -372,6 +372,55 @@ type agentShare struct {
 	bytes int64
 }
 
+// shares are the charges of the waiting holds by agent, or by API key.
+type shares map[string]*agentShare
+
+// of is the charge of name (zero for none).
+func (s shares) of(name string) agentShare {
+	if sh := s[name]; sh != nil {
+		return *sh
+	}
+	return agentShare{}
+}
+
+// add charges name one more hold of size bytes; remove takes it back. An empty name is
+// charged nothing (a step without an API key).
+func (s shares) add(name string, size int64) {
+	if name == "" {
+		return
+	}
+	sh := s[name]
+	if sh == nil {
+		sh = &agentShare{}
+		s[name] = sh
+	}
+	sh.n++
+	sh.bytes += size
+}
+
+func (s shares) remove(name string, size int64) {
+	if sh := s[name]; sh != nil {
+		sh.n--
+		sh.bytes -= size
+		if sh.n == 0 {
+			delete(s, name)
+		}
+	}
+}
+
+// shareFull is the error of a hold of size bytes past one agent's (or key's) share, or nil.
+func (m *Manager) shareFull(sh agentShare, size int64, who, per string) error {
+	switch {
+	case sh.n >= m.agentMax:
+		return &QueueFullError{Limit: fmt.Sprintf("this %s has %d steps waiting for review (at most %d per %s)",
+			who, sh.n, m.agentMax, per)}
+	case sh.bytes+size > m.agentMaxBytes:
+		return &QueueFullError{Limit: fmt.Sprintf("this %s's steps waiting for review take %d bytes, and this one %d more (at most %d per %s)",
+			who, sh.bytes, size, m.agentMaxBytes, per)}
+	}
+	return nil
+}
+
 type decideResult struct {
 	hold Hold
 	err  error
@@ -397,8 +446,8 @@ func NewManager(opts Options) *Manager {
 		maxBytes:       opts.MaxPendingBytes,
 		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
-		agents:         make(map[string]*agentShare),
-		keys:           make(map[string]*agentShare),
+		agents:         shares{},
+		keys:           shares{},
 		closing:        make(chan struct{}),
 		controls:       make(map[string]string),
 	}
@@ -524,16 +573,6 @@ func (m *Manager) PendingBytes() int64 {
 
 // admit registers w unless a limit of the queue is reached; it runs under m.mu.
 func (m *Manager) admit(w *waiter) error {
-	sh := m.agents[w.agent]
-	if sh == nil {
-		sh = &agentShare{}
-	}
-	ks := &agentShare{} // no key: no share to charge
-	if w.key != "" {
-		if k := m.keys[w.key]; k != nil {
-			ks = k
-		}
-	}
 	switch {
 	case m.closed:
 		return ErrClosed
@@ -543,27 +582,17 @@ func (m *Manager) admit(w *waiter) error {
 	case m.pendingBytes+w.size > m.maxBytes:
 		return &QueueFullError{Limit: fmt.Sprintf("the steps waiting for review take %d bytes, and this one %d more (at most %d)",
 			m.pendingBytes, w.size, m.maxBytes)}
-	case sh.n >= m.agentMax:
-		return &QueueFullError{Limit: fmt.Sprintf("this agent has %d steps waiting for review (at most %d per agent)",
-			sh.n, m.agentMax)}
-	case sh.bytes+w.size > m.agentMaxBytes:
-		return &QueueFullError{Limit: fmt.Sprintf("this agent's steps waiting for review take %d bytes, and this one %d more (at most %d per agent)",
-			sh.bytes, w.size, m.agentMaxBytes)}
-	case ks.n >= m.agentMax:
-		return &QueueFullError{Limit: fmt.Sprintf("this API key has %d steps waiting for review (at most %d per key)",
-			ks.n, m.agentMax)}
-	case ks.bytes+w.size > m.agentMaxBytes:
-		return &QueueFullError{Limit: fmt.Sprintf("this API key's steps waiting for review take %d bytes, and this one %d more (at most %d per key)",
-			ks.bytes, w.size, m.agentMaxBytes)}
 	}
-	sh.n++
-	sh.bytes += w.size
-	m.agents[w.agent] = sh
+	if err := m.shareFull(m.agents.of(w.agent), w.size, "agent", "agent"); err != nil {
+		return err
+	}
 	if w.key != "" {
-		ks.n++
-		ks.bytes += w.size
-		m.keys[w.key] = ks
+		if err := m.shareFull(m.keys.of(w.key), w.size, "API key", "key"); err != nil {
+			return err
+		}
 	}
+	m.agents.add(w.agent, w.size)
+	m.keys.add(w.key, w.size)
 	m.pendingBytes += w.size
 	m.pending[w.id] = w
 	return nil
@@ -906,20 +935,8 @@ func (m *Manager) release(w *waiter) {
 		delete(m.pending, w.id)
 		close(w.done)
 		m.pendingBytes -= w.size
-		if sh := m.agents[w.agent]; sh != nil {
-			sh.n--
-			sh.bytes -= w.size
-			if sh.n == 0 {
-				delete(m.agents, w.agent)
-			}
-		}
-		if ks := m.keys[w.key]; w.key != "" && ks != nil {
-			ks.n--
-			ks.bytes -= w.size
-			if ks.n == 0 {
-				delete(m.keys, w.key)
-			}
-		}
+		m.agents.remove(w.agent, w.size)
+		m.keys.remove(w.key, w.size)
 	}
 	m.mu.Unlock()
 }
