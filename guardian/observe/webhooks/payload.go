@@ -223,40 +223,48 @@ func slackMessage(p *Payload) SlackMessage {
 	return m
 }
 
-// slackEscape escapes the three characters Slack's mrkdwn gives meaning to.
-func slackEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+// slackEntity is what r becomes in Slack's mrkdwn: &, < and > as entities, the rest as it is.
+func slackEntity(r rune) string {
+	switch r {
+	case '&':
+		return "&amp;"
+	case '<':
+		return "&lt;"
+	case '>':
+		return "&gt;"
+	}
+	return string(r)
 }
 
-// slackEscapeClip escapes s as slackEscape does and shortens the result to at most n
+// slackEscapeClip escapes the three characters Slack's mrkdwn gives meaning to and shortens the result to at most n
 // characters, marking the cut. The cut is measured after escaping, since Slack's limits
 // apply to the text it receives (an "&" is five characters of it), and falls between
-// whole entities. Characters are counted in UTF-16 units, which is never fewer than
-// runes, so the text fits whichever of the two Slack counts.
-func slackEscapeClip(s string, n int) string {
-	esc := slackEscape(s)
-	if utf16Len(esc) <= n {
-		return esc
-	}
+// whole entities.
+func slackEscapeClip(s string, n int) string { return clipPieces(s, n, slackEntity) }
+
+// clip shortens s to at most n characters, marking the cut.
+func clip(s string, n int) string {
+	return clipPieces(s, n, func(r rune) string { return string(r) })
+}
+
+// clipPieces joins what each rune of s becomes (piece) and, when that is longer than n
+// characters, keeps the whole pieces that fit before a closing "…". Characters are counted
+// in UTF-16 units, which is never fewer than runes, so the text fits whichever of the two
+// Slack counts.
+func clipPieces(s string, n int, piece func(rune) string) string {
 	var b strings.Builder
-	used := 1 // the "…"
+	used, cut := 0, -1 // cut: b's length at the last piece that leaves room for the "…"
 	for _, r := range s {
-		piece := string(r)
-		switch r {
-		case '&':
-			piece = "&amp;"
-		case '<':
-			piece = "&lt;"
-		case '>':
-			piece = "&gt;"
+		p := piece(r)
+		if cut < 0 && used+utf16Len(p) > n-1 {
+			cut = b.Len()
 		}
-		if used+utf16Len(piece) > n {
-			break
+		if used += utf16Len(p); used > n {
+			return b.String()[:cut] + "…"
 		}
-		used += utf16Len(piece)
-		b.WriteString(piece)
+		b.WriteString(p)
 	}
-	return b.String() + "…"
+	return b.String()
 }
 
 func utf16Len(s string) int {
@@ -265,22 +273,6 @@ func utf16Len(s string) int {
 		n += utf16.RuneLen(r)
 	}
 	return n
-}
-
-// clip shortens s to at most n characters (UTF-16 units, as slackEscapeClip counts),
-// marking the cut.
-func clip(s string, n int) string {
-	if utf16Len(s) <= n {
-		return s
-	}
-	used := 1 // the "…"
-	for i, r := range s {
-		if used+utf16.RuneLen(r) > n {
-			return s[:i] + "…"
-		}
-		used += utf16.RuneLen(r)
-	}
-	return s
 }
 
 func cmpOr(a, b string) string {
