@@ -169,6 +169,9 @@ type DB struct {
 	// stopIndex ends the search indexer (indexSteps); indexDone closes when it has.
 	stopIndex chan struct{}
 	indexDone chan struct{}
+	// stopOutbox ends drainOutbox; outboxDone closes when it has.
+	stopOutbox chan struct{}
+	outboxDone chan struct{}
 }
 
 // WriterStats counts the writer's work since Open.
@@ -299,11 +302,17 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		if db.beside {
 			return // the holder watches the file and rescues it
 		}
-		go db.drainOutbox(db.stopWatch)
 		db.watchFile(db.stopWatch, watchInterval)
 	}()
 	go db.writer()
 	go db.checkpointer()
+	db.stopOutbox, db.outboxDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(db.outboxDone)
+		if !db.beside { // beside a holder, the holder stores the outbox
+			db.drainOutbox(db.stopOutbox)
+		}
+	}()
 	db.stopIndex, db.indexDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(db.indexDone)
@@ -457,6 +466,9 @@ func (db *DB) Close() error {
 		// The indexer writes through the writer: it stops first.
 		close(db.stopIndex)
 		<-db.indexDone
+		// So does the outbox's drain, which writes through the writer and reads the readers.
+		close(db.stopOutbox)
+		<-db.outboxDone
 		db.mu.Lock()
 		db.closed = true
 		db.mu.Unlock()

@@ -38,6 +38,11 @@ func (db *DB) drainOutbox(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+			if db.FileLost() {
+				// The file was deleted or replaced: no command can reach this database, and
+				// a reader connection opened now would make a new, empty file at its path.
+				continue
+			}
 			if _, err := db.StoreOutbox(context.Background()); err != nil {
 				db.log.Error("storage: audit entries written beside the guardian not stored; will retry", "err", err)
 			}
