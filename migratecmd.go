@@ -70,8 +70,12 @@ Flags:
 	return 0
 }
 
-// migratePage is how many records are read from SQLite at a time.
-const migratePage = 1000
+// migratePage is how many records are read from SQLite at a time; migratePageBytes bounds a
+// page of steps, which may each be megabytes.
+const (
+	migratePage      = 1000
+	migratePageBytes = 16 << 20
+)
 
 // migrateSQLite copies the SQLite database at from into the empty PostgreSQL database to,
 // and checks that the copy holds as many records of each kind as the source.
@@ -134,10 +138,10 @@ func sqliteCounts(ctx context.Context, r *sql.DB) (postgres.Counts, error) {
 // the backend's API where it returns them whole, and from the tables where it has no
 // listing of everything (events, holds, ids of deleted rules).
 func copySQLite(ctx context.Context, src *sqlite.DB, l *postgres.Loader) error {
-	// Steps, newest page first (StepsBefore returns each page oldest first).
-	var before int64
+	// Steps, oldest first, a page of at most migratePage steps or migratePageBytes at a time.
+	var from int64
 	for {
-		steps, err := src.StepsBefore(ctx, before, migratePage)
+		steps, err := src.StepsIn(ctx, record.StepRange{After: from, Limit: migratePage, MaxBytes: migratePageBytes})
 		if err != nil {
 			return err
 		}
@@ -147,7 +151,7 @@ func copySQLite(ctx context.Context, src *sqlite.DB, l *postgres.Loader) error {
 		if err := l.Steps(steps); err != nil {
 			return err
 		}
-		before = steps[0].Seq
+		from = steps[len(steps)-1].Seq
 	}
 	// Events other than steps'.
 	var after int64

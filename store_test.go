@@ -254,8 +254,15 @@ func snapshot(t *testing.T, db storage.Backend) installation {
 	ctx := context.Background()
 	var in installation
 	var err error
-	in.steps, err = db.StepsBefore(ctx, 0, 10000)
-	require.NoError(t, err)
+	for after := int64(0); ; {
+		steps, err := db.StepsIn(ctx, record.StepRange{After: after, Limit: 1000})
+		require.NoError(t, err)
+		if len(steps) == 0 {
+			break
+		}
+		in.steps = append(in.steps, steps...)
+		after = steps[len(steps)-1].Seq
+	}
 	for after := int64(0); ; {
 		evs, err := db.EventsAfter(ctx, after, 1000)
 		require.NoError(t, err)

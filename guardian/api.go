@@ -260,18 +260,6 @@ type stepsPage struct {
 	Next  *int64            `json:"next"`
 }
 
-// A session's steps are read in pieces, so that an answer of big steps does not load limit
-// rows to send the one that fits in MaxPageBytes (steps of 5 MB: 60 rows, 300 MB, for one
-// step sent). The first read takes stepsFirstRead rows; each later one at most twice as
-// many as were sent so far (200 small steps take 9 reads, about 10 % more time than one),
-// at most stepsMaxRead, and no more than steps as big as the biggest seen could still fit.
-// Sizes are only known once rows are read, so a run of small steps followed by big ones
-// can still load up to stepsMaxRead big rows.
-const (
-	stepsFirstRead = 2
-	stepsMaxRead   = 32
-)
-
 func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, ok := limitParam(w, q.Get("limit"), 200)
@@ -298,18 +286,20 @@ func (g *Guardian) handleSessionSteps(w http.ResponseWriter, r *http.Request) {
 // sessionSteps is the answer for a session's steps after the seq after: up to limit steps,
 // in seq order, as many as fit in MaxPageBytes (the first always goes, as apijson.Fit
 // does). Next is the seq of the last step sent when the answer stopped at limit or at the
-// byte bound, and nil when the session had no more steps.
+// byte bound, and nil when the session had no more steps. Each read is bounded by the bytes
+// left (StepQuery.MaxBytes), so an answer of big steps does not load limit rows to send the
+// one that fits (steps of 5 MB: 60 rows, 300 MB, for one step sent).
 func (g *Guardian) sessionSteps(ctx context.Context, id string, after int64, limit int) (stepsPage, error) {
 	page := stepsPage{Steps: []json.RawMessage{}}
-	total, biggest := 0, 0 // bytes of the answer's steps with separators; the biggest step
+	total := 0 // bytes of the answer's steps with separators
 	for len(page.Steps) < limit {
-		n := min(limit-len(page.Steps), stepsMaxRead, max(stepsFirstRead, 2*len(page.Steps)))
-		if biggest > 0 {
-			n = min(n, max(1, (g.cfg.MaxPageBytes-total)/biggest))
-		}
-		steps, err := g.store.Steps(ctx, record.StepQuery{SessionID: id, After: after, Limit: n})
+		steps, err := g.store.Steps(ctx, record.StepQuery{SessionID: id, After: after,
+			Limit: limit - len(page.Steps), MaxBytes: max(1, g.cfg.MaxPageBytes-total)})
 		if err != nil {
 			return stepsPage{}, err
+		}
+		if len(steps) == 0 {
+			return page, nil // no more steps
 		}
 		for i := range steps {
 			seq := steps[i].Seq
@@ -324,11 +314,7 @@ func (g *Guardian) sessionSteps(ctx context.Context, id string, after int64, lim
 			}
 			page.Steps = append(page.Steps, b)
 			total += len(b) + 1
-			biggest = max(biggest, len(b))
 			after = seq
-		}
-		if len(steps) < n {
-			return page, nil // no more steps
 		}
 	}
 	page.Next = &after

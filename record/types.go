@@ -119,6 +119,18 @@ type StepQuery struct {
 	SessionID string
 	After     int64
 	Limit     int
+	// MaxBytes, when positive, ends the page with the step that brings the steps' stored
+	// size (storage.StepBytes) to it or past it; the first step always comes. It bounds what
+	// a read of big steps holds, whatever Limit says.
+	MaxBytes int
+}
+
+// StepRange pages through the steps of every session in arrival order: After < seq <
+// Before (Before 0: no upper bound), with Limit and MaxBytes as in StepQuery.
+type StepRange struct {
+	After, Before int64
+	Limit         int
+	MaxBytes      int
 }
 
 // Event is one entry of the event log: a stored step, a hold, a rule or session change.

@@ -100,6 +100,35 @@ const NotifyChannel = "vigil_events"
 // session history keeps at most 8 KiB of it per step.
 const HistoryText = 8 << 10
 
+// StepBytes is the size a read step holds, as record.StepQuery's MaxBytes counts it: its
+// request, answer and text, and its other strings.
+func StepBytes(rec *record.StepRecord) int {
+	n := len(rec.Request) + len(rec.Response) + len(rec.Text) + len(rec.SessionID) + len(rec.TurnID) +
+		len(rec.StepID) + len(rec.Method) + len(rec.Kind) + len(rec.AgentID) + len(rec.AgentName) +
+		len(rec.UserID) + len(rec.Tool) + len(rec.Decision) + len(rec.KeyID)
+	for _, m := range rec.MatchedRules {
+		n += len(m.RuleID) + len(m.Action) + len(m.Mode) + len(m.ReasonCode) + len(m.Error)
+	}
+	return n
+}
+
+// AsHistory is rec as RecentSteps returns it: without request and answer, its matched rules
+// an empty list, its text cut to HistoryText characters (never inside one).
+func AsHistory(rec record.StepRecord) record.StepRecord {
+	rec.Request, rec.Response, rec.MatchedRules = nil, nil, []record.RuleMatch{}
+	if len(rec.Text) > HistoryText { // a text of at most HistoryText bytes has no more characters
+		n := 0
+		for i := range rec.Text {
+			if n == HistoryText {
+				rec.Text = rec.Text[:i]
+				break
+			}
+			n++
+		}
+	}
+	return rec
+}
+
 // EventPager reads the event log a page at a time (Backend's EventsPage).
 type EventPager interface {
 	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)

@@ -47,11 +47,15 @@ type Steps interface {
 	// with Text cut to HistoryText characters (a session reloaded into the guardian's cache
 	// must not read megabytes per step to keep a few fields).
 	RecentSteps(ctx context.Context, sessionID string, limit int) ([]record.StepRecord, error)
-	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
-	// bound), oldest first.
-	StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error)
+	// StepsIn returns a page of the steps of every session in r, oldest first (a
+	// backtest's window, read a page at a time).
+	StepsIn(ctx context.Context, r record.StepRange) ([]record.StepRecord, error)
+	// StepWindow returns the window of the newest n steps with seq < before (0: no bound):
+	// the steps with after < seq <= last (both 0 when there are none; after 0 when there
+	// are no more than n), to be read a page at a time with StepsIn.
+	StepWindow(ctx context.Context, before int64, n int) (after, last int64, err error)
 	// SessionStepsBefore returns the newest steps of a session with seq < before, oldest
-	// first.
+	// first, as RecentSteps returns them: the history a stored step was decided with.
 	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error)
 	// EventsAfter returns events with seq > after in seq order, at most limit.
 	EventsAfter(ctx context.Context, after int64, limit int) ([]record.Event, error)

@@ -25,6 +25,9 @@ const (
 	// MaxSteps is how many steps of each session a comparison reads; the rest is cut off
 	// and the side says so.
 	MaxSteps = 2000
+	// MaxBytes cuts a side off sooner, once its steps' stored size (storage.StepBytes)
+	// reaches it: 2000 steps of megabytes each are not read into memory.
+	MaxBytes = 64 << 20
 	// MaxText is how many characters of a step's text a row carries; the comparison itself
 	// uses the whole text.
 	MaxText = 2000

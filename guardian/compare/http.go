@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Store is what a comparison reads; every storage backend implements it.
@@ -23,7 +24,7 @@ type Store interface {
 type Side struct {
 	Session record.Session `json:"session"`
 	// Steps is how many of its steps were compared; Truncated says the session has more
-	// than MaxSteps and the rest was left out.
+	// than MaxSteps (or than fit in MaxBytes) and the rest was left out.
 	Steps     int  `json:"steps"`
 	Truncated bool `json:"truncated"`
 }
@@ -45,6 +46,8 @@ type Service struct {
 	store Store
 	log   *slog.Logger
 	sem   chan struct{}
+	// maxBytes is MaxBytes (a field so that tests can cut with small steps).
+	maxBytes int
 }
 
 // MaxRunning is how many comparisons run at once.
@@ -55,7 +58,7 @@ func New(store Store, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, log: log, sem: make(chan struct{}, MaxRunning)}
+	return &Service{store: store, log: log, sem: make(chan struct{}, MaxRunning), maxBytes: MaxBytes}
 }
 
 // Register mounts GET /api/compare?a=SESSION&b=SESSION.
@@ -126,21 +129,32 @@ func (s *Service) side(ctx context.Context, id string) (loaded, error) {
 		return loaded{}, fmt.Errorf("compare: %w", err)
 	}
 	var steps []record.StepRecord
-	after := int64(0)
+	after, size := int64(0), 0
+	out := loaded{Side: Side{Session: sess}}
 	for len(steps) <= MaxSteps {
-		// One more than MaxSteps tells a cut-off session from one of exactly MaxSteps.
-		limit := min(1000, MaxSteps+1-len(steps))
-		page, err := s.store.Steps(ctx, record.StepQuery{SessionID: id, After: after, Limit: limit})
+		// One more than MaxSteps tells a cut-off session from one of exactly MaxSteps; past
+		// MaxBytes, one more step tells it from one that ended there.
+		limit, maxBytes := min(1000, MaxSteps+1-len(steps)), s.maxBytes-size
+		if maxBytes <= 0 {
+			limit, maxBytes = 1, 1
+		}
+		page, err := s.store.Steps(ctx, record.StepQuery{SessionID: id, After: after, Limit: limit, MaxBytes: maxBytes})
 		if err != nil {
 			return loaded{}, fmt.Errorf("compare: %w", err)
 		}
+		if size >= s.maxBytes {
+			out.Truncated = len(page) > 0
+			break
+		}
 		steps = append(steps, page...)
-		if len(page) < limit || len(steps) > MaxSteps {
+		for i := range page {
+			size += storage.StepBytes(&page[i])
+		}
+		if len(page) == 0 || len(page) < limit && size < s.maxBytes || len(steps) > MaxSteps {
 			break
 		}
 		after = page[len(page)-1].Seq
 	}
-	out := loaded{Side: Side{Session: sess}}
 	if len(steps) > MaxSteps {
 		steps, out.Truncated = steps[:MaxSteps], true
 	}

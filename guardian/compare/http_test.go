@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -142,4 +143,28 @@ func TestCompareTruncates(t *testing.T) {
 	require.True(t, res.A.Truncated)
 	require.True(t, res.B.Truncated)
 	require.Equal(t, Summary{Same: MaxSteps}, res.Summary)
+}
+
+// TestCompareCutsBigSessionsByBytes: a side stops once its steps' stored size reaches the
+// byte bound (2000 steps of megabytes each were read whole), and says it was cut only when
+// more steps follow.
+func TestCompareCutsBigSessionsByBytes(t *testing.T) {
+	db := openDB(t)
+	var one int
+	for i := range 6 {
+		rec := save(t, db, "big", "t1", fmt.Sprint("s", i), "send", "ann@corp.example", "allow")
+		one = storage.StepBytes(&rec)
+		if i < 3 {
+			save(t, db, "three", "t1", fmt.Sprint("s", i), "send", "ann@corp.example", "allow")
+		}
+	}
+	svc := New(db, nil)
+	svc.maxBytes = 3*one - 1 // the third step reaches it
+	res, err := svc.Compare(context.Background(), "big", "three")
+	require.NoError(t, err)
+	require.Equal(t, 3, res.A.Steps)
+	require.True(t, res.A.Truncated, "three more steps follow")
+	require.Equal(t, 3, res.B.Steps)
+	require.False(t, res.B.Truncated, "the session ended with the step that reached the bound")
+	require.Equal(t, Summary{Same: 3}, res.Summary)
 }

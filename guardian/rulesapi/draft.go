@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Backtest limits.
@@ -19,6 +20,8 @@ const (
 	DefaultBacktestLimit = 1000
 	MaxBacktestLimit     = 10000
 	maxBacktestExamples  = 50
+	// backtestPage is the most steps of the window read at a time.
+	backtestPage = 500
 )
 
 // compileDraft compiles a draft rule set; nil rules means the live set.
@@ -417,7 +420,10 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 		return BacktestResult{}, err
 	}
 	defer done()
-	steps, err := s.store.StepsBefore(ctx, req.Before, limit)
+	// The window is fixed first (steps stored meanwhile are not in it) and then read a page
+	// at a time, each bounded by bytes: the steps may be megabytes each, and only their
+	// history (storage.AsHistory) stays in memory past their page.
+	after, last, err := s.store.StepWindow(ctx, req.Before, limit)
 	if err != nil {
 		return BacktestResult{}, err
 	}
@@ -425,64 +431,33 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 	res := BacktestResult{ByChange: map[string]int{}, Decisions: map[string]int{},
 		BaselineDecisions: map[string]int{}, Examples: []BacktestExample{},
 		OutsideRules: OutsideRules{ByReason: map[string]int{}, Examples: []OutsideExample{}}}
-	if len(steps) > 0 {
-		res.FromSeq, res.ToSeq = steps[0].Seq, steps[len(steps)-1].Seq
-	}
 	history := map[string][]record.StepRecord{}
 	var evalTime time.Duration
-	for _, rec := range steps {
-		if err := ctx.Err(); err != nil {
-			return BacktestResult{}, s.draftErr(ctx, "backtest", err)
-		}
-		hist := history[rec.SessionID]
-		if len(hist) > s.opts.HistorySize {
-			hist = hist[len(hist)-s.opts.HistorySize:]
-		}
-		history[rec.SessionID] = append(hist, rec)
-		env, err := s.envForStep(ctx, rec, hist)
+	for read := 0; after < last && read < limit; {
+		page, err := s.store.StepsIn(ctx, record.StepRange{After: after, Before: last + 1,
+			Limit: min(backtestPage, limit-read), MaxBytes: s.opts.BacktestPageBytes})
 		if err != nil {
-			res.Skipped++
-			continue
+			return BacktestResult{}, err
 		}
-		// The engine copies the env it is given, so both sets see the same one.
-		start := time.Now()
-		bv, err := base.EvaluateContext(ctx, env)
-		if err != nil {
-			return BacktestResult{}, s.draftErr(ctx, "backtest", err)
+		if len(page) == 0 {
+			break
 		}
-		cv := bv
-		if cand != base {
-			if cv, err = cand.EvaluateContext(ctx, env); err != nil {
+		if res.FromSeq == 0 {
+			res.FromSeq = page[0].Seq
+		}
+		res.ToSeq = page[len(page)-1].Seq
+		read += len(page)
+		after = page[len(page)-1].Seq
+		for i := range page {
+			if err := ctx.Err(); err != nil {
 				return BacktestResult{}, s.draftErr(ctx, "backtest", err)
 			}
-		}
-		evalTime += time.Since(start)
-		res.Evaluated++
-		before, after := string(bv.Action), string(cv.Action)
-		res.BaselineDecisions[before]++
-		res.Decisions[after]++
-		var ruleIDs []string
-		for _, m := range cv.Matches {
-			if m.Error != "" {
-				res.RuleErrors++
+			d, err := s.backtestStep(ctx, &res, base, cand, page[i], history)
+			if err != nil {
+				return BacktestResult{}, err
 			}
-			ruleIDs = append(ruleIDs, m.RuleID)
-		}
-		if rec.Decision != before {
-			res.outside(rec, before)
-		}
-		if before == after {
-			continue
-		}
-		res.Changed++
-		res.ByChange[before+"->"+after]++
-		if len(res.Examples) < maxBacktestExamples {
-			if ruleIDs == nil {
-				ruleIDs = []string{}
-			}
-			res.Examples = append(res.Examples, BacktestExample{Seq: rec.Seq, Method: rec.Method,
-				SessionID: rec.SessionID, Tool: rec.Tool, Before: before, After: after, Stored: rec.Decision,
-				Rules: ruleIDs, Message: cv.Message})
+			evalTime += d
+			page[i] = record.StepRecord{} // judged: the collector may have its request now
 		}
 	}
 	res.EvalMicros = evalTime.Microseconds()
@@ -490,6 +465,64 @@ func (s *Service) Backtest(ctx context.Context, req BacktestRequest) (BacktestRe
 		res.AvgMicros = float64(evalTime.Nanoseconds()) / 1000 / float64(res.Evaluated)
 	}
 	return res, nil
+}
+
+// backtestStep judges one step of a backtest's window with the current rules (base) and
+// the draft (cand), counting it into res, and returns the time the rules took. history
+// holds the earlier steps of each session in the window, as history.
+func (s *Service) backtestStep(ctx context.Context, res *BacktestResult, base, cand *rules.Program,
+	rec record.StepRecord, history map[string][]record.StepRecord) (time.Duration, error) {
+	hist := history[rec.SessionID]
+	if len(hist) > s.opts.HistorySize {
+		hist = hist[len(hist)-s.opts.HistorySize:]
+	}
+	history[rec.SessionID] = append(hist, storage.AsHistory(rec))
+	env, err := s.envForStep(ctx, rec, hist)
+	if err != nil {
+		res.Skipped++
+		return 0, nil
+	}
+	// The engine copies the env it is given, so both sets see the same one.
+	start := time.Now()
+	bv, err := base.EvaluateContext(ctx, env)
+	if err != nil {
+		return 0, s.draftErr(ctx, "backtest", err)
+	}
+	cv := bv
+	if cand != base {
+		if cv, err = cand.EvaluateContext(ctx, env); err != nil {
+			return 0, s.draftErr(ctx, "backtest", err)
+		}
+	}
+	took := time.Since(start)
+	res.Evaluated++
+	before, after := string(bv.Action), string(cv.Action)
+	res.BaselineDecisions[before]++
+	res.Decisions[after]++
+	var ruleIDs []string
+	for _, m := range cv.Matches {
+		if m.Error != "" {
+			res.RuleErrors++
+		}
+		ruleIDs = append(ruleIDs, m.RuleID)
+	}
+	if rec.Decision != before {
+		res.outside(rec, before)
+	}
+	if before == after {
+		return took, nil
+	}
+	res.Changed++
+	res.ByChange[before+"->"+after]++
+	if len(res.Examples) < maxBacktestExamples {
+		if ruleIDs == nil {
+			ruleIDs = []string{}
+		}
+		res.Examples = append(res.Examples, BacktestExample{Seq: rec.Seq, Method: rec.Method,
+			SessionID: rec.SessionID, Tool: rec.Tool, Before: before, After: after, Stored: rec.Decision,
+			Rules: ruleIDs, Message: cv.Message})
+	}
+	return took, nil
 }
 
 // outside counts a step whose stored decision differs from the baseline.

@@ -108,9 +108,52 @@ type limitStore struct {
 	before int64
 }
 
-func (s *limitStore) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
+func (s *limitStore) StepWindow(ctx context.Context, before int64, limit int) (int64, int64, error) {
 	s.limit, s.before = limit, before
-	return s.DB.StepsBefore(ctx, before, limit)
+	return s.DB.StepWindow(ctx, before, limit)
+}
+
+// pageStore records the pages a backtest reads its window in.
+type pageStore struct {
+	*sqlite.DB
+	pages []int
+}
+
+func (s *pageStore) StepsIn(ctx context.Context, r record.StepRange) ([]record.StepRecord, error) {
+	steps, err := s.DB.StepsIn(ctx, r)
+	s.pages = append(s.pages, len(steps))
+	return steps, err
+}
+
+// TestBacktestReadsItsWindowInPagesBoundedByBytes: a window of big steps is read a few
+// steps at a time (it was read whole: 10 000 steps of megabytes each), and the result is
+// the same as when it is read in one page.
+func TestBacktestReadsItsWindowInPagesBoundedByBytes(t *testing.T) {
+	run := func(pageBytes int) (BacktestResult, []int) {
+		store := &pageStore{}
+		f := newFixture(t, func(o *Options) {
+			store.DB = o.Store.(*sqlite.DB)
+			o.Store = store
+			o.BacktestPageBytes = pageBytes
+		})
+		seedSteps(t, f.db)
+		store.pages = nil
+		res, err := f.svc.Backtest(context.Background(), BacktestRequest{Rules: []rules.Rule{
+			{ID: "second-email", Enabled: true, When: `tool == "send_email" && countTool(session, "send_email") >= 1`,
+				Action: rules.ActionDeny}}})
+		require.NoError(t, err)
+		res.EvalMicros, res.AvgMicros = 0, 0
+		return res, store.pages
+	}
+	whole, pages := run(DefaultBacktestPageBytes)
+	require.Equal(t, []int{whole.Evaluated + whole.Skipped}, pages, "small steps: one page")
+	require.Equal(t, 2, whole.Changed, "each session's second email: the history spans pages")
+	paged, pages := run(1)
+	require.Equal(t, whole, paged, "the same result page by page")
+	require.Len(t, pages, whole.Evaluated+whole.Skipped, "a page per step at a bound of one byte")
+	for _, n := range pages {
+		require.Equal(t, 1, n)
+	}
 }
 
 // TestBacktestWindowLimits: the window's limits follow the console API's convention (see

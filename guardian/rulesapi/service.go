@@ -39,11 +39,13 @@ type Store interface {
 	RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error)
 	// Step returns one stored step (for POST /api/rules/test with a seq).
 	Step(ctx context.Context, seq int64) (record.StepRecord, error)
-	// StepsBefore returns the newest steps of all sessions with seq < before (0: no
-	// bound), oldest first: the backtest window.
-	StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error)
+	// StepWindow returns the backtest window of the newest n steps with seq < before (0:
+	// no bound): the steps with after < seq <= last.
+	StepWindow(ctx context.Context, before int64, n int) (after, last int64, err error)
+	// StepsIn returns a page of the steps of every session in r, oldest first.
+	StepsIn(ctx context.Context, r record.StepRange) ([]record.StepRecord, error)
 	// SessionStepsBefore returns the newest steps of a session with seq < before, oldest
-	// first: the history a stored step was decided with.
+	// first, as history (storage.AsHistory): the history a stored step was decided with.
 	SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error)
 }
 
@@ -87,13 +89,17 @@ type Options struct {
 	// DraftTimeout bounds one rule test or backtest (default 30s); past it the request
 	// fails with ErrTimeout. Each rule is also bounded by the engine's Budget.
 	DraftTimeout time.Duration
+	// BacktestPageBytes bounds one read of a backtest's window (default 16 MiB): a page
+	// ends with the step that reaches it, so big steps are read a few at a time.
+	BacktestPageBytes int
 }
 
 // Defaults of the draft run limits.
 const (
-	DefaultMaxDraftRuns   = 2
-	DefaultDraftQueueWait = time.Second
-	DefaultDraftTimeout   = 30 * time.Second
+	DefaultMaxDraftRuns      = 2
+	DefaultDraftQueueWait    = time.Second
+	DefaultDraftTimeout      = 30 * time.Second
+	DefaultBacktestPageBytes = 16 << 20
 )
 
 // engine is the part of *rules.Engine the service uses; tests substitute a failing Load.
@@ -180,6 +186,9 @@ func New(opts Options) *Service {
 	}
 	if opts.DraftTimeout <= 0 {
 		opts.DraftTimeout = DefaultDraftTimeout
+	}
+	if opts.BacktestPageBytes <= 0 {
+		opts.BacktestPageBytes = DefaultBacktestPageBytes
 	}
 	s := &Service{opts: opts, store: opts.Store, live: opts.Engine, log: opts.Logger, now: opts.Now,
 		drafts: make(chan struct{}, opts.MaxDraftRuns), backtests: make(chan struct{}, 1),

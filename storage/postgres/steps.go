@@ -391,18 +391,28 @@ func scanStep(row pgx.Row, extra ...any) (record.StepRecord, error) {
 }
 
 func (db *DB) querySteps(ctx context.Context, capacity int, query string, args ...any) ([]record.StepRecord, error) {
+	return db.queryStepsBytes(ctx, capacity, 0, query, args...)
+}
+
+// queryStepsBytes is querySteps stopping after the step that brings the steps' size to
+// maxBytes or past it, when maxBytes is positive.
+func (db *DB) queryStepsBytes(ctx context.Context, capacity, maxBytes int, query string, args ...any) ([]record.StepRecord, error) {
 	rows, err := db.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	steps := make([]record.StepRecord, 0, min(capacity, 64))
+	size := 0
 	for rows.Next() {
 		rec, err := scanStep(rows)
 		if err != nil {
 			return nil, err
 		}
 		steps = append(steps, rec)
+		if size += storage.StepBytes(&rec); maxBytes > 0 && size >= maxBytes {
+			break
+		}
 	}
 	return steps, rows.Err()
 }
@@ -427,7 +437,7 @@ func (db *DB) Steps(ctx context.Context, q record.StepQuery) (_ []record.StepRec
 	ctx, done := db.bound(ctx)
 	defer done(&err)
 	limit := storage.ClampLimit(q.Limit, 200, 1000)
-	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
+	steps, err := db.queryStepsBytes(ctx, limit, q.MaxBytes, `SELECT `+stepColumns+` FROM steps
 		WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, q.SessionID, q.After, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
@@ -452,26 +462,46 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) (_ [
 	return steps, nil
 }
 
-// StepsBefore returns up to limit (default 1000, at most 10000) of the newest steps with
-// seq < before (0: no bound), oldest first.
-func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) (_ []record.StepRecord, err error) {
+// StepsIn returns up to r.Limit (default 200, at most 1000) steps of every session with
+// r.After < seq < r.Before (Before 0: no bound), oldest first, ending early at r.MaxBytes.
+func (db *DB) StepsIn(ctx context.Context, r record.StepRange) (_ []record.StepRecord, err error) {
 	ctx, done := db.bound(ctx)
 	defer done(&err)
-	limit = storage.ClampLimit(limit, 1000, 10000)
+	limit := storage.ClampLimit(r.Limit, 200, 1000)
+	before := r.Before
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
-		WHERE seq < $1 ORDER BY seq DESC LIMIT $2`, before, limit)
+	steps, err := db.queryStepsBytes(ctx, limit, r.MaxBytes, `SELECT `+stepColumns+` FROM steps
+		WHERE seq > $1 AND seq < $2 ORDER BY seq LIMIT $3`, r.After, before, limit)
 	if err != nil {
-		return nil, fmt.Errorf("storage: steps before %d: %w", before, err)
+		return nil, fmt.Errorf("storage: steps after %d: %w", r.After, err)
 	}
-	slices.Reverse(steps)
 	return steps, nil
 }
 
+// StepWindow returns the window of the newest n steps (default 1000, at most 10000) with
+// seq < before (0: no bound): they are the steps with after < seq <= last; both are 0 when
+// there are no such steps, after is 0 when there are no more than n.
+func (db *DB) StepWindow(ctx context.Context, before int64, n int) (after, last int64, err error) {
+	ctx, done := db.bound(ctx)
+	defer done(&err)
+	n = storage.ClampLimit(n, 1000, 10000)
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	err = db.pool.QueryRow(ctx, `SELECT
+		coalesce((SELECT seq FROM steps WHERE seq < $1 ORDER BY seq DESC LIMIT 1 OFFSET $2), 0),
+		coalesce((SELECT seq FROM steps WHERE seq < $1 ORDER BY seq DESC LIMIT 1), 0)`,
+		before, n).Scan(&after, &last)
+	if err != nil {
+		return 0, 0, fmt.Errorf("storage: window of %d steps before %d: %w", n, before, err)
+	}
+	return after, last, nil
+}
+
 // SessionStepsBefore returns up to limit (default 200, at most 1000) of a session's newest
-// steps with seq < before (0: no bound), oldest first.
+// steps with seq < before (0: no bound), oldest first, as RecentSteps returns them.
 func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) (_ []record.StepRecord, err error) {
 	ctx, done := db.bound(ctx)
 	defer done(&err)
@@ -479,7 +509,7 @@ func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before i
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	steps, err := db.querySteps(ctx, limit, `SELECT `+stepColumns+` FROM steps
+	steps, err := db.querySteps(ctx, limit, `SELECT `+historyColumns+` FROM steps
 		WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`, sessionID, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q before %d: %w", sessionID, before, err)

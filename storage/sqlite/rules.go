@@ -326,32 +326,9 @@ func (db *DB) ruleEvent(tx *sql.Tx, p record.RuleChangedPayload, at time.Time) (
 	return db.eventTx(tx, record.EventRuleChanged, "", at, js)
 }
 
-// StepsBefore returns the newest steps of all sessions with seq < before (0: no bound), at
-// most limit (clamped to 1..10000, default 1000), oldest first: the window a backtest
-// replays.
-func (db *DB) StepsBefore(ctx context.Context, before int64, limit int) ([]record.StepRecord, error) {
-	limit = storage.ClampLimit(limit, 1000, 10000)
-	if before <= 0 {
-		before = math.MaxInt64
-	}
-	if err := db.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("storage: steps before %d: %w", before, err)
-	}
-	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
-		WHERE seq < ? ORDER BY seq DESC LIMIT ?`, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("storage: steps before %d: %w", before, err)
-	}
-	steps, err := collectSteps(rows, limit)
-	if err != nil {
-		return nil, fmt.Errorf("storage: steps before %d: %w", before, err)
-	}
-	slices.Reverse(steps)
-	return steps, nil
-}
-
 // SessionStepsBefore returns the newest steps of one session with seq < before, at most
-// limit (clamped to 1..1000, default 200), oldest first: the history a stored step had.
+// limit (clamped to 1..1000, default 200), oldest first, as RecentSteps returns them: the
+// history a stored step had.
 func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]record.StepRecord, error) {
 	limit = storage.ClampLimit(limit, 200, 1000)
 	if before <= 0 {
@@ -360,12 +337,12 @@ func (db *DB) SessionStepsBefore(ctx context.Context, sessionID string, before i
 	if err := db.flushSession(ctx, sessionID); err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q before %d: %w", sessionID, before, err)
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+	rows, err := db.r.QueryContext(ctx, `SELECT `+historyColumns+` FROM steps
 		WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, sessionID, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q before %d: %w", sessionID, before, err)
 	}
-	steps, err := collectSteps(rows, limit)
+	steps, err := collectSteps(rows, limit, 0)
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q before %d: %w", sessionID, before, err)
 	}

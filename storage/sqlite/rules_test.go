@@ -198,7 +198,7 @@ func TestRuleRoundTripsEveryField(t *testing.T) {
 	require.False(t, enabled)
 }
 
-func TestStepsBefore(t *testing.T) {
+func TestStepWindows(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t)
 	var recs []*record.StepRecord
@@ -221,19 +221,19 @@ func TestStepsBefore(t *testing.T) {
 		}
 		return out
 	}
-	all, err := db.StepsBefore(ctx, 0, 0)
-	require.NoError(t, err)
+	window := func(before int64, n int) []record.StepRecord {
+		after, last, err := db.StepWindow(ctx, before, n)
+		require.NoError(t, err)
+		steps, err := db.StepsIn(ctx, record.StepRange{After: after, Before: last + 1, Limit: n})
+		require.NoError(t, err)
+		return steps
+	}
+	all := window(0, 1000)
 	require.Len(t, all, 7)
 	require.Equal(t, recs[0].Seq, all[0].Seq, "oldest first")
 	require.Equal(t, *recs[6], all[6])
-
-	newest3, err := db.StepsBefore(ctx, 0, 3)
-	require.NoError(t, err)
-	require.Equal(t, []int64{recs[4].Seq, recs[5].Seq, recs[6].Seq}, seqs(newest3))
-
-	before, err := db.StepsBefore(ctx, recs[3].Seq, 2)
-	require.NoError(t, err)
-	require.Equal(t, []int64{recs[1].Seq, recs[2].Seq}, seqs(before))
+	require.Equal(t, []int64{recs[4].Seq, recs[5].Seq, recs[6].Seq}, seqs(window(0, 3)))
+	require.Equal(t, []int64{recs[1].Seq, recs[2].Seq}, seqs(window(recs[3].Seq, 2)), "the rule event is no step")
 
 	hist, err := db.SessionStepsBefore(ctx, "s1", recs[6].Seq, 0)
 	require.NoError(t, err)

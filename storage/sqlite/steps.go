@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -266,11 +267,57 @@ func (db *DB) Steps(ctx context.Context, q record.StepQuery) ([]record.StepRecor
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
 	}
-	steps, err := collectSteps(rows, limit)
+	steps, err := collectSteps(rows, limit, q.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("storage: steps of session %q: %w", q.SessionID, err)
 	}
 	return steps, nil
+}
+
+// StepsIn returns up to r.Limit (clamped to 1..1000, default 200) steps of every session
+// with r.After < seq < r.Before (Before 0: no bound), oldest first, ending early at
+// r.MaxBytes.
+func (db *DB) StepsIn(ctx context.Context, r record.StepRange) ([]record.StepRecord, error) {
+	limit := storage.ClampLimit(r.Limit, 200, 1000)
+	before := r.Before
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	if err := db.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("storage: steps after %d: %w", r.After, err)
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
+		WHERE seq > ? AND seq < ? ORDER BY seq LIMIT ?`, r.After, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps after %d: %w", r.After, err)
+	}
+	steps, err := collectSteps(rows, limit, r.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("storage: steps after %d: %w", r.After, err)
+	}
+	return steps, nil
+}
+
+// StepWindow returns the window of the newest n steps (clamped to 1..10000) with seq <
+// before (0: no bound): they are the steps with after < seq <= last; both are 0 when there
+// are no such steps, after is 0 when there are no more than n.
+func (db *DB) StepWindow(ctx context.Context, before int64, n int) (after, last int64, err error) {
+	n = storage.ClampLimit(n, 1000, 10000)
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	if err := db.Flush(ctx); err != nil {
+		return 0, 0, fmt.Errorf("storage: window of %d steps before %d: %w", n, before, err)
+	}
+	// The (n+1)th newest is the one just before the window; a missing row is a zero seq.
+	err = db.r.QueryRowContext(ctx, `SELECT
+		coalesce((SELECT seq FROM steps WHERE seq < ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2), 0),
+		coalesce((SELECT seq FROM steps WHERE seq < ?1 ORDER BY seq DESC LIMIT 1), 0)`,
+		before, n).Scan(&after, &last)
+	if err != nil {
+		return 0, 0, fmt.Errorf("storage: window of %d steps before %d: %w", n, before, err)
+	}
+	return after, last, nil
 }
 
 // RecentSteps returns up to limit (clamped to 1000) of a session's newest steps, oldest
@@ -288,7 +335,7 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 	if err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
 	}
-	steps, err := collectSteps(rows, limit)
+	steps, err := collectSteps(rows, limit, 0)
 	if err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
 	}
@@ -296,15 +343,21 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 	return steps, nil
 }
 
-func collectSteps(rows *sql.Rows, capacity int) ([]record.StepRecord, error) {
+// collectSteps reads rows of stepColumns, stopping after the step that brings their size
+// to maxBytes or past it when maxBytes is positive.
+func collectSteps(rows *sql.Rows, capacity, maxBytes int) ([]record.StepRecord, error) {
 	defer rows.Close()
 	steps := make([]record.StepRecord, 0, min(capacity, 64))
+	size := 0
 	for rows.Next() {
 		rec, err := scanStep(rows)
 		if err != nil {
 			return nil, err
 		}
 		steps = append(steps, rec)
+		if size += storage.StepBytes(&rec); maxBytes > 0 && size >= maxBytes {
+			break
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

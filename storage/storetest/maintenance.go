@@ -52,7 +52,7 @@ var maintenanceCases = []testCase{
 		require.Equal(t, int64(6), res.Steps)
 		require.Equal(t, int64(1), res.Sessions, "old0 went; old1 is paused, old2 has a pending hold")
 		require.GreaterOrEqual(t, res.Batches, 3)
-		steps, err := db.StepsBefore(bg(), 0, 100)
+		steps, err := db.StepsIn(bg(), record.StepRange{Limit: 100})
 		require.NoError(t, err)
 		require.Equal(t, kept, seqsOf(steps))
 		_, err = db.Session(bg(), "old0")
@@ -107,7 +107,7 @@ var maintenanceCases = []testCase{
 		require.Positive(t, res.Steps)
 		require.Less(t, res.Steps, int64(n), "steps still fit under the bound")
 		require.LessOrEqual(t, res.UsedAfter, bound/10*9, "trimmed to nine tenths of the bound")
-		left, err := db.StepsBefore(bg(), 0, n)
+		left, err := db.StepsIn(bg(), record.StepRange{Limit: n})
 		require.NoError(t, err)
 		require.Len(t, left, n-int(res.Steps))
 		require.Equal(t, seqs[res.Steps], left[0].Seq, "the oldest went")
@@ -151,7 +151,7 @@ var maintenanceCases = []testCase{
 			db.RunRetention(ctx, record.Retention{MaxAge: time.Hour, Interval: time.Hour}, nil)
 		}()
 		require.Eventually(t, func() bool {
-			steps, err := db.StepsBefore(bg(), 0, 10)
+			steps, err := db.StepsIn(bg(), record.StepRange{Limit: 10})
 			return err == nil && len(steps) == 0
 		}, 30*time.Second, 10*time.Millisecond, "the first pass runs at once")
 		cancel()

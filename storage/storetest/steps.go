@@ -132,7 +132,7 @@ var stepCases = []testCase{
 			require.Len(t, got, 5)
 		}
 	}},
-	{"RecentStepsAndStepsBefore", func(t *testing.T, db storage.Backend) {
+	{"RecentStepsAndStepsIn", func(t *testing.T, db storage.Backend) {
 		var a, all []int64
 		for i := range 6 {
 			s := save(t, db, step("a", "allow", time.Duration(i)))
@@ -149,9 +149,14 @@ var stepCases = []testCase{
 			{"recent, more than there are", func() ([]record.StepRecord, error) { return db.RecentSteps(bg(), "a", 100) }, a},
 			{"recent, none asked", func() ([]record.StepRecord, error) { return db.RecentSteps(bg(), "a", 0) }, []int64{}},
 			{"recent, unknown session", func() ([]record.StepRecord, error) { return db.RecentSteps(bg(), "zz", 5) }, []int64{}},
-			{"before, no bound", func() ([]record.StepRecord, error) { return db.StepsBefore(bg(), 0, 4) }, all[len(all)-4:]},
-			{"before a seq", func() ([]record.StepRecord, error) { return db.StepsBefore(bg(), all[5], 3) }, all[2:5]},
-			{"before the first", func() ([]record.StepRecord, error) { return db.StepsBefore(bg(), all[0], 3) }, []int64{}},
+			{"in, no bounds", func() ([]record.StepRecord, error) { return db.StepsIn(bg(), record.StepRange{}) }, all},
+			{"in, after and before", func() ([]record.StepRecord, error) {
+				return db.StepsIn(bg(), record.StepRange{After: all[1], Before: all[5]})
+			}, all[2:5]},
+			{"in, limited", func() ([]record.StepRecord, error) {
+				return db.StepsIn(bg(), record.StepRange{After: all[1], Limit: 2})
+			}, all[2:4]},
+			{"in, before the first", func() ([]record.StepRecord, error) { return db.StepsIn(bg(), record.StepRange{Before: all[0]}) }, []int64{}},
 			{"session before, no bound", func() ([]record.StepRecord, error) { return db.SessionStepsBefore(bg(), "a", 0, 2) }, a[4:]},
 			{"session before a seq", func() ([]record.StepRecord, error) { return db.SessionStepsBefore(bg(), "a", a[3], 2) }, a[1:3]},
 		}
@@ -162,6 +167,73 @@ var stepCases = []testCase{
 				require.Equal(t, c.want, seqsOf(got))
 			})
 		}
+	}},
+	{"StepWindow", func(t *testing.T, db storage.Backend) {
+		after, last, err := db.StepWindow(bg(), 0, 3)
+		require.NoError(t, err)
+		require.Equal(t, []int64{0, 0}, []int64{after, last}, "no steps")
+		var all []int64
+		for i := range 6 {
+			all = append(all, save(t, db, step(fmt.Sprint("s", i%2), "allow", 0)).Seq)
+		}
+		for _, c := range []struct {
+			before int64
+			n      int
+			want   []int64 // the window's steps
+		}{
+			{0, 3, all[3:]},
+			{0, 6, all},
+			{0, 100, all},
+			{all[4], 2, all[2:4]},
+			{all[0], 2, []int64{}},
+			{all[5] + 1, 1, all[5:]},
+		} {
+			after, last, err := db.StepWindow(bg(), c.before, c.n)
+			require.NoError(t, err)
+			steps, err := db.StepsIn(bg(), record.StepRange{After: after, Before: last + 1})
+			require.NoError(t, err)
+			require.Equal(t, c.want, seqsOf(steps), "before %d, n %d", c.before, c.n)
+			if len(c.want) > 0 {
+				require.Equal(t, c.want[len(c.want)-1], last)
+			}
+		}
+	}},
+	{"StepReadsStopAtMaxBytes", func(t *testing.T, db storage.Backend) {
+		// Reads of big steps end at a byte bound, whatever their limit: the first step always
+		// comes, and a read stops with the step that reaches the bound.
+		var seqs []int64
+		for range 5 {
+			rec := step("big", "allow", 0)
+			rec.Text = strings.Repeat("x", 1000)
+			seqs = append(seqs, save(t, db, rec).Seq)
+		}
+		one := storage.StepBytes(func() *record.StepRecord { r, err := db.Step(bg(), seqs[0]); require.NoError(t, err); return &r }())
+		require.Greater(t, one, 1000)
+		for _, c := range []struct {
+			maxBytes, want int
+		}{{0, 5}, {1, 1}, {one, 1}, {one + 1, 2}, {2 * one, 2}, {3*one - 1, 3}, {100 * one, 5}} {
+			got, err := db.Steps(bg(), record.StepQuery{SessionID: "big", MaxBytes: c.maxBytes})
+			require.NoError(t, err)
+			require.Equal(t, seqs[:c.want], seqsOf(got), "Steps, MaxBytes %d", c.maxBytes)
+			got, err = db.StepsIn(bg(), record.StepRange{MaxBytes: c.maxBytes})
+			require.NoError(t, err)
+			require.Equal(t, seqs[:c.want], seqsOf(got), "StepsIn, MaxBytes %d", c.maxBytes)
+		}
+	}},
+	{"SessionStepsBeforeAreHistory", func(t *testing.T, db storage.Backend) {
+		rec := step("h", "deny", 0)
+		rec.Tool, rec.MatchedRules = "shell", []record.RuleMatch{{RuleID: "r1", Action: "deny"}}
+		rec.Text = strings.Repeat("é", storage.HistoryText+10)
+		save(t, db, rec)
+		got, err := db.SessionStepsBefore(bg(), "h", 0, 5)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Nil(t, got[0].Request)
+		require.Nil(t, got[0].Response)
+		require.Empty(t, got[0].MatchedRules)
+		require.Equal(t, strings.Repeat("é", storage.HistoryText), got[0].Text)
+		want := storage.AsHistory(*rec)
+		require.Equal(t, want, got[0], "AsHistory says what the history read gives")
 	}},
 	{"RecentStepsAreHistory", func(t *testing.T, db storage.Backend) {
 		// What the guardian's session history keeps of a step, and no more: a reloaded
