@@ -431,8 +431,9 @@ func HistoryStep(r record.StepRecord) rules.HistoryStep {
 	if len(text) > historyTextLimit {
 		text = strings.ToValidUTF8(text[:historyTextLimit], "")
 	}
-	// The tool name may share the request's memory (aos.ParseStep): a copy keeps the
-	// history from keeping every request alive.
+	// The tool name and the text may share the request's memory (aos.ParseStep), and a cut
+	// text shares the whole text's: copies keep the history from keeping every request and
+	// text alive (a step of 1 MiB of text kept 1 MiB, not the 8 KiB the cache counts).
 	return rules.HistoryStep{Method: r.Method, Kind: r.Kind, Tool: strings.Clone(r.Tool), Decision: r.Decision,
-		Text: text, Seq: r.Seq, ReceivedAt: r.ReceivedAt}
+		Text: strings.Clone(text), Seq: r.Seq, ReceivedAt: r.ReceivedAt}
 }

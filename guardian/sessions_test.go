@@ -92,6 +92,20 @@ func TestSessionCacheKeepsCopies(t *testing.T) {
 	require.Equal(t, 1, s.counts.Tools["send_email"])
 }
 
+// The history keeps its own copy of a step's text, cut or not: a cut text shared the whole
+// text's memory, so a session of steps of 1 MiB of text kept 1 MiB per step in its history
+// while the cache counted the 8 KiB it shows.
+func TestHistoryStepKeepsCopiesOfText(t *testing.T) {
+	for _, n := range []int{10, historyTextLimit, historyTextLimit + 1, 1 << 20} {
+		buf := []byte(strings.Repeat("a", n))
+		text := unsafe.String(&buf[0], len(buf))
+		h := HistoryStep(record.StepRecord{Text: text, Method: "m"})
+		require.Len(t, h.Text, min(n, historyTextLimit))
+		copy(buf, strings.Repeat("X", n))
+		require.Equal(t, strings.Repeat("a", min(n, historyTextLimit)), h.Text, "text of %d bytes", n)
+	}
+}
+
 // A session with a step in flight keeps its entry however many sessions come meanwhile:
 // the owners that step claimed are in memory only until the step is stored, and a reload
 // from the store would forget them (a held step can wait for minutes).

@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 func TestPercentile(t *testing.T) {
@@ -48,5 +51,35 @@ func TestWordlessID(t *testing.T) {
 			require.Equal(t, tc.ok, ok)
 			require.Equal(t, tc.want, got)
 		})
+	}
+}
+
+func TestAsHistory(t *testing.T) {
+	rec := record.StepRecord{Seq: 7, Tool: "shell", Request: []byte(`{}`), Response: []byte(`{}`),
+		MatchedRules: []record.RuleMatch{{RuleID: "r"}}}
+	for _, c := range []struct {
+		text, want string
+	}{
+		{"", ""},
+		{"short", "short"},
+		{strings.Repeat("é", HistoryText), strings.Repeat("é", HistoryText)},
+		{strings.Repeat("é", HistoryText+1), strings.Repeat("é", HistoryText)},
+		{strings.Repeat("a", 1<<20), strings.Repeat("a", HistoryText)},
+	} {
+		buf := []byte(c.text)
+		rec.Text = ""
+		if len(buf) > 0 {
+			rec.Text = unsafe.String(&buf[0], len(buf))
+		}
+		h := AsHistory(rec)
+		require.Nil(t, h.Request)
+		require.Nil(t, h.Response)
+		require.Equal(t, []record.RuleMatch{}, h.MatchedRules)
+		require.Equal(t, "shell", h.Tool)
+		require.Equal(t, c.want, h.Text)
+		if len(c.text) > len(c.want) {
+			copy(buf, strings.Repeat("X", len(buf)))
+			require.Equal(t, c.want, h.Text, "a cut text is a copy, not a piece of the whole")
+		}
 	}
 }

@@ -120,7 +120,8 @@ func AsHistory(rec record.StepRecord) record.StepRecord {
 		n := 0
 		for i := range rec.Text {
 			if n == HistoryText {
-				rec.Text = rec.Text[:i]
+				// A copy: the cut text would keep the whole one alive.
+				rec.Text = strings.Clone(rec.Text[:i])
 				break
 			}
 			n++
