@@ -70,6 +70,9 @@ type Registry struct {
 	disowned []string
 	// left is set by Leave: no more heartbeats, which would register the replica again.
 	left bool
+	// beating is held by a heartbeat from its check of left to its commit, and by Leave
+	// while it sets left: no heartbeat that began before Leave lands after its DELETE.
+	beating sync.Mutex
 	// interrupted, set by OnInterrupted before Run, is given each hold a sweep ends.
 	interrupted func(ctx context.Context, h record.Hold)
 	// serve decides what other replicas forward here (ServeForwarded); waiting are the
@@ -288,6 +291,8 @@ func (h *health) fail() bool {
 // beat reports this replica alive (again, should a survivor have swept it during a long
 // stall: its later holds need an owner row that counts) and deletes disowned holds.
 func (r *Registry) beat(ctx context.Context) error {
+	r.beating.Lock()
+	defer r.beating.Unlock()
 	r.mu.Lock()
 	left := r.left
 	r.mu.Unlock()
@@ -583,9 +588,11 @@ func (r *Registry) interrupt(ctx context.Context, id, note string, detail map[st
 // Leave removes this replica from the registry after a graceful shutdown, once its own
 // holds are ended (holds.Manager.Shutdown), so no survivor sweeps it.
 func (r *Registry) Leave(ctx context.Context) error {
+	r.beating.Lock() // waits for a heartbeat under way (bounded by DeadAfter/2)
 	r.mu.Lock()
 	r.left = true
 	r.mu.Unlock()
+	r.beating.Unlock()
 	if _, err := r.opts.Pool.Exec(ctx, `DELETE FROM vigil_replica_holds WHERE replica_id = $1`, r.id); err != nil {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}

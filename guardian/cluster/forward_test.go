@@ -100,7 +100,10 @@ func TestForwardToAnUnavailableReplicaDecidesNothing(t *testing.T) {
 			owner.ServeForwarded(got.serve)
 			run(t, owner)
 			require.NoError(t, owner.Own(ctx, "h2"))
-			_, err = other.Forward(ctx, "h2", []byte(`{}`))
+			// The owner has only just started listening: give it the default ForwardWait,
+			// not the 300 ms that made the frozen owner's refusal quick.
+			sender := join(t, p, s, "")
+			_, err = sender.Forward(ctx, "h2", []byte(`{}`))
 			require.NoError(t, err)
 			require.Equal(t, []string{"h2 {}"}, got.all())
 		})
