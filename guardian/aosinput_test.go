@@ -164,7 +164,7 @@ func TestAOSIDLimits(t *testing.T) {
 	require.Zero(t, e.sessionCount(), "nothing refused was stored")
 
 	t.Run("X-Vigil-Session header", func(t *testing.T) {
-		for _, h := range []string{strings.Repeat("h", 257), "h\xff"} {
+		for _, h := range []string{strings.Repeat("h", 257), "h\xff", ".", ".."} {
 			status, b := e.post(mcpCall(""), "X-Vigil-Session", h)
 			require.Equal(t, http.StatusBadRequest, status, string(b))
 			r := decode(t, b)

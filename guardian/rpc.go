@@ -152,7 +152,7 @@ func (g *Guardian) checkAOSHeaders(r *http.Request) *headerError {
 			"must be application/json")
 	}
 	if h := r.Header.Get("X-Vigil-Session"); h != "" {
-		if reason := aos.CheckID(h); reason != "" {
+		if reason := aos.CheckSessionID(h); reason != "" {
 			return refuseHeader(http.StatusBadRequest, aos.CodeInvalidParams, "X-Vigil-Session", reason)
 		}
 	}

@@ -169,3 +169,12 @@ func CheckID(s string) string {
 	}
 	return ""
 }
+
+// CheckSessionID is CheckID for a session id, which also may not be "." or ".." (see
+// ParseStep).
+func CheckSessionID(s string) string {
+	if s == "." || s == ".." {
+		return sessionDots
+	}
+	return CheckID(s)
+}

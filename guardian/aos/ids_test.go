@@ -121,6 +121,28 @@ func TestIDLimitsAOSParamsMeta(t *testing.T) {
 	requireErr(t, e, CodeInvalidParams, "params._meta.sessionId", idNotUTF8)
 }
 
+// A session id "." or ".." is refused wherever it sits: the console could never open it
+// (a browser resolves such a path segment, also written %2E%2E).
+func TestSessionIDDotsRefused(t *testing.T) {
+	for _, id := range []string{".", ".."} {
+		for _, c := range []struct {
+			body  []byte
+			field string
+		}{
+			{mutate(t, "agentTrigger", "params.context.session.id", id), "params.context.session.id"},
+			{[]byte(`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"_meta":{"sessionId":"` + id + `"},"message":{"jsonrpc":"2.0","method":"tools/list"}}}`),
+				"params._meta.sessionId"},
+		} {
+			_, e := ParseStep(c.body)
+			requireErr(t, e, CodeInvalidParams, c.field, sessionDots)
+		}
+	}
+	for _, id := range []string{"...", ".a", "a.."} {
+		s := parse(t, []byte(`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"_meta":{"sessionId":"`+id+`"},"message":{"jsonrpc":"2.0","method":"tools/list"}}}`))
+		require.Equal(t, id, s.SessionHint())
+	}
+}
+
 func TestSessionField(t *testing.T) {
 	tests := []struct{ example, field string }{
 		{"message", "params.context.session.id"},

@@ -319,10 +319,18 @@ func ParseStep(msg json.RawMessage) (*Step, *Error) {
 	} else if s.Context != nil && s.Context.Session.ID != "" {
 		s.sessionField = contextSessionField
 	}
+	if id := s.SessionHint(); id == "." || id == ".." {
+		// Browsers resolve such a path segment (also as %2E%2E), so the console could
+		// never open the session: it is refused rather than stored unreachable.
+		return nil, fieldError(CodeInvalidParams, s.SessionField(), sessionDots)
+	}
 	// The rules, the history and the stored row all read the text; join it once.
 	s.text, s.hasText = s.joinText(), true
 	return s, nil
 }
+
+// sessionDots is why a session id "." or ".." is refused.
+const sessionDots = `must not be "." or "..": no URL can name such a session`
 
 func firstNonSpace(b []byte) int {
 	for i, c := range b {
