@@ -96,6 +96,11 @@ func Snippet(text string, words []string) string {
 // payload; the replicas' bus listens on it.
 const NotifyChannel = "vigil_events"
 
+// NoSearchWord is why a search text without a word is refused (record.ErrBadQuery): the
+// index keeps words of letters and digits only, and such a text would otherwise narrow
+// nothing and find every step.
+const NoSearchWord = "q: no word to search for (the search finds words of letters and digits)"
+
 // HistoryText is how many characters of a step's text RecentSteps returns: the guardian's
 // session history keeps at most 8 KiB of it per step.
 const HistoryText = 8 << 10

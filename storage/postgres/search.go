@@ -110,6 +110,9 @@ func tsQuery(text string) (string, []string, error) {
 		parts = append(parts, "("+strings.Join(ws, " <-> ")+")")
 		words = append(words, strings.TrimRight(p.Text, "*"))
 	}
+	if len(phrases) > 0 && len(parts) == 0 {
+		return "", nil, fmt.Errorf("%w: %s", record.ErrBadQuery, storage.NoSearchWord)
+	}
 	return strings.Join(parts, " & "), words, nil
 }
 

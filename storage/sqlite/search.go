@@ -134,6 +134,9 @@ func ftsMatch(q record.SearchQuery) (ftsQuery, error) {
 		parts = append(parts, term)
 		fq.words = append(fq.words, strings.TrimRight(p.Text, "*"))
 	}
+	if len(phrases) > 0 && len(parts) == 0 {
+		return ftsQuery{}, fmt.Errorf("%w: %s", record.ErrBadQuery, storage.NoSearchWord)
+	}
 	// Ids are looked up as the one word the index also keeps them as (see squashID): from
 	// their start once three characters are typed, whole below that. An id filter without
 	// a word is compared with cols instead (storage.WordlessID); the tool filter has none,
