@@ -253,8 +253,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Publish:        obs.fan.Publish,
 		ValidateParams: guardian.ValidateParams,
 		CheckEdit:      guardian.EditChecker{Policy: policy, Store: db, HistorySize: guardianHistory}.Check,
-		Remember: func(ctx context.Context, r rules.Rule) error {
-			return rs.Upsert(ctx, r, "approve-and-remember")
+		Remember: func(ctx context.Context, r rules.Rule, operator string) error {
+			return rs.Upsert(ctx, r, operator)
 		},
 		OperatorFrom:       auth.OperatorFrom,
 		MaxPending:         cfg.MaxHolds,

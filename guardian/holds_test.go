@@ -54,7 +54,7 @@ func newHoldEnv(t *testing.T, rs []rules.Rule, opts ...func(*holds.Options)) *ho
 				}
 			}
 		},
-		Remember: func(_ context.Context, r rules.Rule) error {
+		Remember: func(_ context.Context, r rules.Rule, _ string) error {
 			rulesMu.Lock()
 			defer rulesMu.Unlock()
 			return engine.Load(append(engine.Rules(), r))

@@ -94,6 +94,8 @@ type env struct {
 	ctx    context.Context
 	rulesM sync.Mutex
 	rules  []rules.Rule
+	// rememberedBy is the operator each remembered rule was saved in the name of.
+	rememberedBy []string
 }
 
 type envOption func(*holds.Options)
@@ -111,10 +113,11 @@ func newEnvAt(t testing.TB, path string, opts ...envOption) *env {
 	e.db = db
 	o := holds.Options{
 		Store: db, Clock: e.clock, Publish: e.rec.publish,
-		Remember: func(_ context.Context, r rules.Rule) error {
+		Remember: func(_ context.Context, r rules.Rule, operator string) error {
 			e.rulesM.Lock()
 			defer e.rulesM.Unlock()
 			e.rules = append(e.rules, r)
+			e.rememberedBy = append(e.rememberedBy, operator)
 			return nil
 		},
 		ValidateParams: func(method string, params json.RawMessage) error {

@@ -155,9 +155,9 @@ type Options struct {
 	// Publish sends a committed event to live clients; nil publishes nothing. It must not
 	// block (the live hub drops slow clients rather than waiting).
 	Publish func(record.Event)
-	// Remember saves the rule of an "approve and remember" (create or replace by id); nil
-	// refuses remember requests.
-	Remember func(ctx context.Context, r rules.Rule) error
+	// Remember saves the rule of an "approve and remember" (create or replace by id) in the
+	// name of the operator who approved; nil refuses remember requests.
+	Remember func(ctx context.Context, r rules.Rule, operator string) error
 	// ValidateParams checks an operator's modified params for a method as if they arrived
 	// from an agent; nil only checks that they are a JSON object.
 	ValidateParams func(method string, params json.RawMessage) error
@@ -296,7 +296,7 @@ type Manager struct {
 	store          Store
 	clock          Clock
 	publish        func(record.Event)
-	remember       func(context.Context, rules.Rule) error
+	remember       func(context.Context, rules.Rule, string) error
 	validateParams func(string, json.RawMessage) error
 	checkEditFn    CheckEditFunc
 	operatorFrom   func(*http.Request) (string, bool)
@@ -823,7 +823,7 @@ func (m *Manager) applyDecision(w *waiter, h Hold, d *decideReq) (Outcome, bool)
 	var rememberErr error
 	if d.rule != nil {
 		// Saved before the agent is answered, so its next identical step already passes.
-		if err := m.remember(ctx, *d.rule); err != nil {
+		if err := m.remember(ctx, *d.rule, d.operator); err != nil {
 			m.log.Error("could not save remembered approval", "hold", h.ID, "rule", d.rule.ID, "err", err)
 			rememberErr = fmt.Errorf("holds: %w: %w", ErrRememberFailed, err)
 		} else {
@@ -1162,7 +1162,7 @@ func (m *Manager) decideStored(ctx context.Context, id, status string, action ru
 		// Saved once the decision won. The waiting agent is answered by its own replica
 		// when the decision reaches it, which may be a moment before the rule does: a
 		// repeat of the step within those milliseconds may be held once more.
-		if err := m.remember(context.WithoutCancel(ctx), *req.rule); err != nil {
+		if err := m.remember(context.WithoutCancel(ctx), *req.rule, req.operator); err != nil {
 			m.log.Error("could not save remembered approval", "hold", id, "rule", req.rule.ID, "err", err)
 			return stored, fmt.Errorf("holds: %w: %w", ErrRememberFailed, err)
 		}

@@ -332,6 +332,9 @@ func TestRememberOverHTTP(t *testing.T) {
 	require.True(t, holds.IsRemembered(rule.ID))
 	require.Equal(t, rules.ActionAllow, rule.Action)
 	require.Equal(t, start.Add(7*24*time.Hour), *rule.ExpiresAt)
+	e.rulesM.Lock()
+	require.Equal(t, []string{"alice"}, e.rememberedBy, "the rule is saved (and audited) in the approver's name")
+	e.rulesM.Unlock()
 	entries := e.audit(record.AuditQuery{Type: record.AuditHoldApproved})
 	require.Len(t, entries, 1)
 	require.JSONEq(t, fmt.Sprintf(`{"remember":{"ruleId":%q,"scope":"inputs","expiresAt":%q}}`,
@@ -374,7 +377,7 @@ func TestRememberOverHTTP(t *testing.T) {
 
 func TestRememberFailureKeepsApproval(t *testing.T) {
 	e := newEnv(t, func(o *holds.Options) {
-		o.Remember = func(context.Context, rules.Rule) error { return fmt.Errorf("disk full") }
+		o.Remember = func(context.Context, rules.Rule, string) error { return fmt.Errorf("disk full") }
 	})
 	ch := e.held(e.ctx, toolRequest("s1", 5000))
 	h := e.createdHold("s1")

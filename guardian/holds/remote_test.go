@@ -218,8 +218,14 @@ func TestConflictWithADecisionElsewhereKeepsTheModifications(t *testing.T) {
 // from the stored hold (its inputs read from the stored request) and saved there.
 func TestRememberOnAnotherReplica(t *testing.T) {
 	e := newEnv(t)
-	var saved []rules.Rule
-	remember := func(_ context.Context, r rules.Rule) error { saved = append(saved, r); return nil }
+	var (
+		saved []rules.Rule
+		by    []string
+	)
+	remember := func(_ context.Context, r rules.Rule, operator string) error {
+		saved, by = append(saved, r), append(by, operator)
+		return nil
+	}
 	plain, _ := e.replica(func(o *holds.Options) { o.Remember = remember })
 	b, bRec := e.replica(func(o *holds.Options) {
 		o.Remember = remember
@@ -250,6 +256,7 @@ func TestRememberOnAnotherReplica(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, holds.StatusApproved, stored.Status)
 	require.Len(t, saved, 1)
+	require.Equal(t, []string{"bob"}, by, "the rule is saved in the approver's name")
 	require.Contains(t, saved[0].When, `agent.id == "agent-1" && tool == "transfer_funds"`)
 	require.Contains(t, saved[0].When, "5000", "scoped to the held step's inputs")
 	relay(e.m, bRec)
