@@ -105,11 +105,11 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request) {
 // Compare aligns the first MaxSteps steps of sessions a and b.
 func (s *Service) Compare(ctx context.Context, a, b string) (Result, error) {
 	start := time.Now()
-	sa, err := s.side(ctx, a)
+	sa, err := s.side(ctx, "a", a)
 	if err != nil {
 		return Result{}, err
 	}
-	sb, err := s.side(ctx, b)
+	sb, err := s.side(ctx, "b", b)
 	if err != nil {
 		return Result{}, err
 	}
@@ -123,8 +123,18 @@ type loaded struct {
 	steps []record.StepRecord
 }
 
-func (s *Service) side(ctx context.Context, id string) (loaded, error) {
+// notFound is a side's missing session, said as the console shows it (the storage
+// error's chain is for the logs).
+type notFound struct{ side, id string }
+
+func (e *notFound) Error() string { return fmt.Sprintf("%s: no session %q", e.side, e.id) }
+func (e *notFound) Unwrap() error { return record.ErrNotFound }
+
+func (s *Service) side(ctx context.Context, name, id string) (loaded, error) {
 	sess, err := s.store.Session(ctx, id)
+	if errors.Is(err, record.ErrNotFound) {
+		return loaded{}, &notFound{name, id}
+	}
 	if err != nil {
 		return loaded{}, fmt.Errorf("compare: %w", err)
 	}

@@ -93,6 +93,7 @@ func TestCompareAPI(t *testing.T) {
 	}
 	get(t, srv, "/api/compare?a=before&b=nope", http.StatusNotFound, &e)
 	require.Equal(t, "not_found", e.Error.Code)
+	require.Equal(t, `b: no session "nope"`, e.Error.Message, "said as a person reads it, not as an error chain")
 	get(t, srv, "/api/compare?a=before", http.StatusBadRequest, &e)
 	require.Equal(t, "invalid_argument", e.Error.Code)
 	require.Contains(t, e.Error.Message, "b:")
