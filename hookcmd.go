@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -131,8 +132,21 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		APIKey:          cfg.APIKey,
 		Timeout:         cfg.Timeout,
 		OnGuardianError: cfg.OnGuardianError,
-		Env:             hook.Env{User: os.Getenv("USER"), Now: time.Now},
+		Env:             hook.Env{User: loginName(), Now: time.Now},
 	})
+}
+
+// loginName is the developer's login name for context.user: $USER, which cron, some
+// containers and IDE launchers leave unset, then the account of the process, then
+// $LOGNAME.
+func loginName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("LOGNAME")
 }
 
 func runHookInstall(args []string, stdout, stderr io.Writer) int {
@@ -188,6 +202,9 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s\n", res.Path)
 	for _, c := range res.Changes {
 		fmt.Fprintf(stdout, "  %s\n", c)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "vigil hook install: warning: %s\n", w)
 	}
 	if cfg.Uninstall {
 		return 0

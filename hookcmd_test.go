@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -120,6 +122,9 @@ func TestHookAgainstGuardian(t *testing.T) {
 			"updatedInput": map[string]any{"command": "curl https://x.example/?[REDACTED]", "description": "run"}}},
 		{"ask", bash("npm publish"), map[string]any{"hookEventName": "PreToolUse", "permissionDecision": "ask",
 			"permissionDecisionReason": "publishing needs your confirmation (Vigil rule confirm-publish)"}},
+		// Another rule's deny in the same step is not the developer's to overrule.
+		{"ask and another rule's deny", bash("npm publish && rm -rf build"), map[string]any{"hookEventName": "PreToolUse",
+			"permissionDecision": "deny", "permissionDecisionReason": "publishing needs your confirmation (Vigil rule confirm-publish)"}},
 		{"write inside the project", claudePayload("PreToolUse", map[string]any{"tool_name": "Write", "tool_use_id": "w1",
 			"tool_input": map[string]any{"file_path": "/home/dev/project/a.txt", "content": "x"}}), nil},
 		{"write outside the project", claudePayload("PreToolUse", map[string]any{"tool_name": "Write", "tool_use_id": "w2",
@@ -308,4 +313,55 @@ func TestCodingAgentsPack(t *testing.T) {
 	code := runRules([]string{"test", filepath.Join("examples", "rules", "coding-agents.yaml")}, &stdout, &stderr)
 	require.Zero(t, code, stdout.String()+stderr.String())
 	require.NotContains(t, stdout.String(), "FAIL")
+}
+
+// TestHookUserWithoutUSER: with $USER unset (cron, some containers and IDEs), the step
+// still names the login name.
+func TestHookUserWithoutUSER(t *testing.T) {
+	me, err := user.Current()
+	if err != nil || me.Username == "" {
+		t.Skip("no current user to compare with:", err)
+	}
+	steps := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		steps <- body
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"decision":"allow","message":"ok"}}`)
+	}))
+	defer srv.Close()
+	t.Setenv("USER", "")
+	out, code := runHookCmd(t, bash("echo hi"), "claude-code", "--guardian", srv.URL)
+	require.Zero(t, code)
+	require.Empty(t, out)
+	var req struct {
+		Params struct {
+			Context struct {
+				User *struct {
+					ID   string `json:"id"`
+					Name string `json:"name"`
+				} `json:"user"`
+			} `json:"context"`
+		} `json:"params"`
+	}
+	require.NoError(t, json.Unmarshal(<-steps, &req))
+	require.NotNil(t, req.Params.Context.User, "the step names a user")
+	require.Equal(t, me.Username, req.Params.Context.User.ID)
+}
+
+// TestHookInstallWarnsDisableAllHooks: with Claude Code's disableAllHooks on, install
+// still adds the hooks but says on stderr that none will run.
+func TestHookInstallWarnsDisableAllHooks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ".claude", "settings.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte("{\n  \"disableAllHooks\": true\n}\n"), 0o600))
+	var stdout, stderr bytes.Buffer
+	require.Zero(t, runHook([]string{"install", "claude-code", "--project", dir}, nil, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), "added PreToolUse hook")
+	require.Contains(t, stderr.String(), "warning: "+path+` sets "disableAllHooks": true`)
+	require.Contains(t, stderr.String(), "Vigil's hooks will not run")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"disableAllHooks": true`, "the user's flag stays")
 }

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -63,11 +64,18 @@ func VerdictOf(c *Call, res *aos.Result) Verdict {
 		}
 	default:
 		v.Kind = Deny
-		if len(res.ReasonCode) > 0 && res.ReasonCode[0] == ReasonAsk {
+		if asksOnly(res.ReasonCode) {
 			v.Kind = Ask
 		}
 	}
 	return v
+}
+
+// asksOnly reports whether every reason of a deny is ASK_USER. A reason code from any other
+// rule (a deny or a hold of the same step) keeps the deny: the developer's own prompt must
+// not overrule what another rule refused or left to the operator.
+func asksOnly(codes []string) bool {
+	return len(codes) > 0 && !slices.ContainsFunc(codes, func(c string) bool { return c != ReasonAsk })
 }
 
 func reason(res *aos.Result) string {

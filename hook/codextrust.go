@@ -150,11 +150,13 @@ func codexPaths(path string) []string {
 }
 
 // updateCodexTrust writes set and removes del in the hooks.state of the Codex config.toml
-// at path, editing only those entries' lines so the rest of the file (comments, order,
-// formatting) stays as the user wrote it. The edit is checked by parsing the result: a
-// file whose layout cannot be edited this way is left alone with an error that says what
-// to add by hand.
-func updateCodexTrust(path string, set []codexTrust, del []string) ([]string, bool, error) {
+// at path, and moves each entry keyed by a key of moves to its new key (a hook that
+// changed position: Codex keys its trust by position, so a hook whose trust stayed behind
+// would silently stop running). It edits only those entries' lines so the rest of the file
+// (comments, order, formatting) stays as the user wrote it. The edit is checked by parsing
+// the result: a file whose layout cannot be edited this way is left alone with an error
+// that says what to change by hand.
+func updateCodexTrust(path string, set []codexTrust, del []string, moves map[string]string) ([]string, bool, error) {
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("read %s: %w", path, err)
@@ -181,6 +183,9 @@ func updateCodexTrust(path string, set []codexTrust, del []string) ([]string, bo
 		text = next
 		delete(want, key)
 		changes = append(changes, "removed Codex's trust of "+key)
+	}
+	if text, changes, err = moveTrust(path, text, state, want, moves, changes); err != nil {
+		return nil, false, err
 	}
 	for _, t := range set {
 		cur, _ := state[t.Key].(map[string]any)
@@ -220,6 +225,87 @@ func updateCodexTrust(path string, set []codexTrust, del []string) ([]string, bo
 		return nil, false, err
 	}
 	return changes, true, nil
+}
+
+// moveTrust renames the [hooks.state."FROM"] tables of text that moves names to their new
+// keys, all at once (a hook may move into the place another one leaves), and records the
+// result in want.
+func moveTrust(path, text string, state, want map[string]any, moves map[string]string, changes []string) (string, []string, error) {
+	renames := map[string]string{}
+	for from, to := range moves {
+		if _, ok := state[from]; ok {
+			renames[from] = to
+		}
+	}
+	if len(renames) == 0 {
+		return text, changes, nil
+	}
+	froms := slices.Sorted(maps.Keys(renames))
+	for _, from := range froms {
+		if _, _, _, ok := tableSpan(text, from); !ok {
+			return "", nil, fmt.Errorf("%s: cannot move hooks.state.%s (not a table of its own) to hooks.state.%s; rename it by hand", path, tomlQuote(from), tomlQuote(renames[from]))
+		}
+	}
+	for _, from := range froms {
+		to := renames[from]
+		if _, ok := want[to]; !ok {
+			continue
+		}
+		if _, leaves := renames[to]; leaves {
+			continue
+		}
+		// Trust of a position no hook held: the hook moving there replaces it (two tables
+		// of one key would not be TOML).
+		next, ok := removeTable(text, to)
+		if !ok {
+			return "", nil, fmt.Errorf("%s: cannot remove hooks.state.%s (not a table of its own); remove it by hand", path, tomlQuote(to))
+		}
+		text = next
+		delete(want, to)
+		changes = append(changes, "removed Codex's trust of "+to+" (no hook there)")
+	}
+	moved := map[string]any{}
+	for _, from := range froms {
+		moved[renames[from]] = state[from]
+		delete(want, from)
+	}
+	maps.Copy(want, moved)
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		if parts, ok := tableHeader(line); ok && len(parts) == 3 && parts[0] == "hooks" && parts[1] == "state" {
+			if to, ok := renames[parts[2]]; ok {
+				indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+				line = indent + "[hooks.state." + tomlQuote(to) + "]" + line[len(indent)+headerEnd(line[len(indent):]):]
+			}
+		}
+		b.WriteString(line)
+	}
+	for _, from := range froms {
+		changes = append(changes, "moved Codex's trust of "+from+" to "+renames[from])
+	}
+	return b.String(), changes, nil
+}
+
+// headerEnd is the length of the "[…]" of a table header line (which tableHeader read),
+// so what follows it (a comment) stays.
+func headerEnd(line string) int {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote == '"' && c == '\\':
+			i++
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == ']':
+			return i + 1
+		}
+	}
+	return len(line)
 }
 
 // codexState is the hooks.state table of a decoded config.toml.

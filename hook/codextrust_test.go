@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,7 +178,7 @@ func TestUpdateCodexTrustRefusesWhatItCannotEdit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "config.toml")
 			require.NoError(t, os.WriteFile(path, []byte(tt.config), 0o600))
-			_, _, err := updateCodexTrust(path, []codexTrust{{"k", "sha256:new"}}, nil)
+			_, _, err := updateCodexTrust(path, []codexTrust{{"k", "sha256:new"}}, nil, nil)
 			require.ErrorContains(t, err, tt.want)
 			b, err := os.ReadFile(path)
 			require.NoError(t, err)
@@ -190,7 +191,7 @@ func TestUpdateCodexTrustEditsInPlace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.toml")
 	const config = "[hooks.state.'k'] # mine\nenabled = true\ntrusted_hash = \"old\"\n\n# next\n[other]\nx = 1"
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
-	changes, changed, err := updateCodexTrust(path, []codexTrust{{"k", "sha256:new"}, {`a"b\c`, "sha256:q"}}, nil)
+	changes, changed, err := updateCodexTrust(path, []codexTrust{{"k", "sha256:new"}, {`a"b\c`, "sha256:q"}}, nil, nil)
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.Len(t, changes, 2)
@@ -199,7 +200,7 @@ func TestUpdateCodexTrustEditsInPlace(t *testing.T) {
 	require.Equal(t, "[hooks.state.'k'] # mine\nenabled = true\ntrusted_hash = \"sha256:new\"\n\n# next\n[other]\nx = 1\n\n"+
 		"[hooks.state.\"a\\\"b\\\\c\"]\ntrusted_hash = \"sha256:q\"\n", string(b))
 
-	_, changed, err = updateCodexTrust(path, nil, []string{"k", `a"b\c`, "absent"})
+	_, changed, err = updateCodexTrust(path, nil, []string{"k", `a"b\c`, "absent"}, nil)
 	require.NoError(t, err)
 	require.True(t, changed)
 	b, err = os.ReadFile(path)
@@ -219,4 +220,128 @@ trust_level = "untrusted"
 		require.Equal(t, want, CodexProjectTrusted(home, dir), dir)
 	}
 	require.False(t, CodexProjectTrusted(t.TempDir(), "/src/app"), "no config")
+}
+
+// TestCodexTrustFollowsMovedHooks: Codex keys its trust of a hook by position, so when
+// Vigil's group goes (uninstall) or Vigil's handler leaves a shared group (an install over
+// an old layout), the user's hooks after it move and their trust moves with them.
+func TestCodexTrustFollowsMovedHooks(t *testing.T) {
+	home := t.TempDir()
+	hooksJSON := filepath.Join(home, "hooks.json")
+	config := filepath.Join(home, "config.toml")
+	codexInstall(t, home, "", false)
+
+	// The user adds hooks of their own after Vigil's and trusts them (as Codex's /hooks
+	// review writes it).
+	b, err := os.ReadFile(hooksJSON)
+	require.NoError(t, err)
+	withUser := strings.Replace(string(b), `"PreToolUse": [`, `"PreToolUse": [
+      {
+        "matcher": "Bash",
+        "hooks": [
+          {"type": "command", "command": "audit-log < /dev/stdin"},
+          {"type": "command", "command": "notify"}
+        ]
+      },`, 1)
+	// Vigil's group is now second: move it first again, the user's after it.
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(withUser), &doc))
+	pre := doc["hooks"].(map[string]any)["PreToolUse"].([]any)
+	pre[0], pre[1] = pre[1], pre[0]
+	out, err := json.MarshalIndent(doc, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(hooksJSON, out, 0o600))
+	cfg, err := os.ReadFile(config)
+	require.NoError(t, err)
+	// Vigil's trust of pre_tool_use:0:0 stays valid (same hook, same place).
+	userTrust := string(cfg) + `
+# my own hooks
+[hooks.state."` + hooksJSON + `:pre_tool_use:1:0"] # audit
+trusted_hash = "sha256:audit"
+enabled = true
+
+[hooks.state."` + hooksJSON + `:pre_tool_use:1:1"]
+trusted_hash = "sha256:notify"
+
+[tui]
+theme = "dark"
+`
+	require.NoError(t, os.WriteFile(config, []byte(userTrust), 0o600))
+
+	res := codexInstall(t, home, "", true)
+	require.Contains(t, res.Changes, "moved Codex's trust of "+hooksJSON+":pre_tool_use:1:0 to "+hooksJSON+":pre_tool_use:0:0")
+	state := trustState(t, config)
+	require.Equal(t, map[string]any{"trusted_hash": "sha256:audit", "enabled": true}, state[hooksJSON+":pre_tool_use:0:0"])
+	require.Equal(t, map[string]any{"trusted_hash": "sha256:notify"}, state[hooksJSON+":pre_tool_use:0:1"])
+	require.Len(t, state, 2, "Vigil's trust is gone, the user's moved with their hooks")
+	got, err := os.ReadFile(config)
+	require.NoError(t, err)
+	// Blank lines Vigil's removed tables leave before the user's are not this test's.
+	require.Equal(t, `
+# my own hooks
+[hooks.state."`+hooksJSON+`:pre_tool_use:0:0"] # audit
+trusted_hash = "sha256:audit"
+enabled = true
+
+[hooks.state."`+hooksJSON+`:pre_tool_use:0:1"]
+trusted_hash = "sha256:notify"
+
+[tui]
+theme = "dark"
+`, "\n"+strings.TrimLeft(string(got), "\n"), "only the moved entries' headers change")
+}
+
+// TestCodexTrustFollowsHandlerInSharedGroup: an older Vigil handler shared a group with the
+// user's; install moves Vigil into its own group, and the user's handler, now first in
+// the group, keeps its trust.
+func TestCodexTrustFollowsHandlerInSharedGroup(t *testing.T) {
+	home := t.TempDir()
+	hooksJSON := filepath.Join(home, "hooks.json")
+	config := filepath.Join(home, "config.toml")
+	require.NoError(t, os.WriteFile(hooksJSON, []byte(`{"hooks": {"PreToolUse": [
+  {"matcher": "*", "hooks": [
+    {"type": "command", "command": "/usr/bin/vigil hook codex --timeout 1m0s"},
+    {"type": "command", "command": "notify"}]}]}}`), 0o600))
+	require.NoError(t, os.WriteFile(config, []byte(`[hooks.state."`+hooksJSON+`:pre_tool_use:0:1"]
+trusted_hash = "sha256:notify"
+`), 0o600))
+	codexInstall(t, home, "", false)
+	state := trustState(t, config)
+	require.Equal(t, map[string]any{"trusted_hash": "sha256:notify"}, state[hooksJSON+":pre_tool_use:0:0"], "notify moved to handler 0")
+	require.Contains(t, state, hooksJSON+":pre_tool_use:1:0", "Vigil's own group is trusted")
+	require.NotContains(t, state, hooksJSON+":pre_tool_use:0:1")
+}
+
+func TestUpdateCodexTrustMoves(t *testing.T) {
+	tests := []struct {
+		name, config string
+		moves        map[string]string
+		want         string // "" when the edit is refused
+	}{
+		{"a chain moves at once", "[hooks.state.\"k:1\"] # one\ntrusted_hash = \"h1\"\n\n[hooks.state.'k:2']\ntrusted_hash = \"h2\"\n",
+			map[string]string{"k:1": "k:0", "k:2": "k:1"},
+			"[hooks.state.\"k:0\"] # one\ntrusted_hash = \"h1\"\n\n[hooks.state.\"k:1\"]\ntrusted_hash = \"h2\"\n"},
+		{"an entry without a hook gives way", "[hooks.state.\"k:0\"]\ntrusted_hash = \"stale\"\n\n[hooks.state.\"k:1\"]\ntrusted_hash = \"h1\"\n",
+			map[string]string{"k:1": "k:0"},
+			// removeTable keeps the blank line that ended the removed table's body.
+			"\n[hooks.state.\"k:0\"]\ntrusted_hash = \"h1\"\n"},
+		{"only trusted hooks move", "model = \"m\"\n", map[string]string{"k:1": "k:0"}, "model = \"m\"\n"},
+		{"an inline entry is refused", "[hooks.state]\n\"k:1\" = { trusted_hash = \"h1\" }\n", map[string]string{"k:1": "k:0"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.toml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.config), 0o600))
+			_, _, err := updateCodexTrust(path, nil, nil, tt.moves)
+			b, rerr := os.ReadFile(path)
+			require.NoError(t, rerr)
+			if tt.want == "" {
+				require.ErrorContains(t, err, "by hand")
+				require.Equal(t, tt.config, string(b), "the file is left alone")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, string(b))
+		})
+	}
 }

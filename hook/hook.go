@@ -35,7 +35,8 @@ var Agents = []string{ClaudeCode, Codex, Gemini, Cursor}
 // ReasonAsk is the reason code with which a rule asks for the agent's own "ask the user"
 // instead of a deny. The rule's action stays deny, so an agent without a native ask (Codex,
 // Gemini CLI, or any other front end) fails closed; Claude Code answers permissionDecision
-// "ask" and Cursor permission "ask" with the rule's message.
+// "ask" and Cursor permission "ask" with the rule's message. Only a deny whose every reason
+// code is ReasonAsk asks: another rule's code in the same deny keeps it a deny.
 const ReasonAsk = "ASK_USER"
 
 // Phase is where in the agent's loop a hook event fires.

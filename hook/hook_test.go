@@ -238,6 +238,19 @@ func TestGuardianAnswers(t *testing.T) {
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32004,"message":"unauthorized"}}`, req.ID)
 	}))
 	defer refuse.Close()
+	// The guardian's answer to a body over its --max-body, and a proxy's in front of it.
+	tooLarge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		fmt.Fprint(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"request too large: the body exceeds 10485760 bytes","data":{"limitBytes":10485760}}}`)
+	}))
+	defer tooLarge.Close()
+	proxyTooLarge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		fmt.Fprint(w, `<html><body>413 Request Entity Too Large</body></html>`)
+	}))
+	defer proxyTooLarge.Close()
 	pre := `{"session_id":"s","cwd":"/p","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"t1"}`
 	post := `{"session_id":"s","cwd":"/p","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"tool_response":{"stdout":"a"},"tool_use_id":"t1"}`
 	tests := []struct {
@@ -248,6 +261,8 @@ func TestGuardianAnswers(t *testing.T) {
 		{"refused step with allow passes", refuse.URL, pre, "allow", ""},
 		{"unreachable result passes", "http://127.0.0.1:1", post, "deny", ""},
 		{"unreachable request is denied", "http://127.0.0.1:1", pre, "deny", "is not reachable (connection refused)"},
+		{"too large step is denied", tooLarge.URL, pre, "deny", "this step is too large for the guardian"},
+		{"too large for a proxy is denied", proxyTooLarge.URL, pre, "deny", "this step is too large for the guardian"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,6 +277,10 @@ func TestGuardianAnswers(t *testing.T) {
 			}
 			require.Contains(t, stdout.String(), `"permissionDecision":"deny"`)
 			require.Contains(t, stdout.String(), tt.wantOut)
+			if strings.Contains(tt.wantOut, "too large") {
+				require.NotContains(t, stdout.String(), "VIGIL_API_KEY", "the key is not what is wrong")
+				require.NotContains(t, stderr.String(), "VIGIL_API_KEY")
+			}
 		})
 	}
 }

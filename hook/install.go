@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -40,6 +39,9 @@ type InstallResult struct {
 	Changed bool
 	// TrustPath is the Codex config.toml that holds the hooks' trust (Codex only).
 	TrustPath string
+	// Warnings are settings that keep the installed hooks from running, for the developer
+	// to fix (install does not change them).
+	Warnings []string
 }
 
 // events are the hook events Vigil registers for each agent, with their matcher ("" for
@@ -98,6 +100,14 @@ func ours(cmd, agent, installing string) bool {
 
 // Install adds (or with Uninstall removes) Vigil's hooks in the agent's settings file,
 // keeping every other setting and hook. Running it twice changes nothing the second time.
+//
+// The file is edited, not rewritten: the user's keys keep their order, their values the
+// bytes they were written with (escapes, big numbers), the file its indentation and line
+// endings, so install then uninstall gives back the file byte for byte. Except where
+// install adds what the file lacked and keeps it on uninstall (Cursor's "version"), or
+// removes what only held Vigil's hooks (a "hooks" object or event list left empty, even if
+// it was there empty before), and an empty container written with spaces inside ("[ ]")
+// comes back as "[]".
 func Install(o InstallOptions) (InstallResult, error) {
 	path, err := SettingsPath(o.Agent, o.Dir)
 	if err != nil {
@@ -110,7 +120,6 @@ func Install(o InstallOptions) (InstallResult, error) {
 		path = filepath.Join(o.CodexHome, "hooks.json")
 	}
 	res := InstallResult{Path: path}
-	settings := map[string]any{}
 	old, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -120,69 +129,87 @@ func Install(o InstallOptions) (InstallResult, error) {
 		}
 	case err != nil:
 		return res, fmt.Errorf("read %s: %w", path, err)
-	case len(bytes.TrimSpace(old)) > 0:
-		if err := json.Unmarshal(old, &settings); err != nil {
-			return res, fmt.Errorf("%s is not a JSON object (%w); fix or move it first", path, err)
+	}
+	doc, err := readSettings(path, old)
+	if err != nil {
+		return res, err
+	}
+	root := doc.root
+	// null (or an empty file) is an empty object: there is nothing of Vigil's to remove,
+	// and install fills it in.
+	modified := false
+	if root.isNull() && !o.Uninstall {
+		root = &jnode{kind: '{'}
+		doc.root = root
+		modified = true
+	}
+	st := styleOf(root)
+	hooks := root.get("hooks")
+	if !hooks.isNull() && !hooks.isObject() {
+		return res, fmt.Errorf("%s: \"hooks\" is not an object; fix it first", path)
+	}
+	for _, ev := range events[o.Agent] {
+		if list := hooks.get(ev.name); !list.isNull() && !list.isArray() {
+			return res, fmt.Errorf("%s: hooks.%s is not a list; fix it first", path, ev.name)
 		}
 	}
-	if o.Agent == Cursor {
-		if _, ok := settings["version"]; !ok && !o.Uninstall {
-			settings["version"] = 1
-		}
+	if o.Agent == ClaudeCode && !o.Uninstall {
+		res.Warnings = claudeHooksDisabled(path, root)
 	}
-	hooks := map[string]any{}
-	if h, ok := settings["hooks"]; ok && h != nil {
-		m, ok := h.(map[string]any)
-		if !ok {
-			return res, fmt.Errorf("%s: \"hooks\" is not an object; fix it first", path)
-		}
-		hooks = m
+	if o.Agent == Cursor && !o.Uninstall && root.index("version") < 0 {
+		root.set("version", 1, 0, st, true)
 	}
 	isOurs := func(cmd string) bool { return ours(cmd, o.Agent, o.Command) }
 	var oldTrust []codexTrust
+	var oldPos map[*jnode]hookPos
 	trust := o.Agent == Codex && o.CodexHome != ""
 	if trust {
-		if oldTrust, err = codexTrustFor(hooks, codexPaths(path), isOurs); err != nil {
+		if oldTrust, err = codexTrustFor(hooksMap(hooks), codexPaths(path), isOurs); err != nil {
 			return res, fmt.Errorf("%s: %w", path, err)
 		}
+		oldPos = handlerPositions(hooks, isOurs)
 	}
+	removedAny := false
 	for _, ev := range events[o.Agent] {
-		list, err := entries(hooks[ev.name], path, ev.name)
-		if err != nil {
-			return res, err
+		list := hooks.get(ev.name)
+		before := []byte("null")
+		removed, at := 0, 0
+		if list.isArray() {
+			before = list.bytes()
+			removed, at = withoutVigil(list, isOurs)
 		}
-		kept, removed, at := withoutVigil(o.Agent, o.Command, list)
-		next := kept
 		if !o.Uninstall {
+			if !hooks.isObject() {
+				hooks = &jnode{kind: '{'}
+				root.set("hooks", hooks, 0, st, false)
+			}
+			if !list.isArray() {
+				list = &jnode{kind: '['}
+				hooks.set(ev.name, list, 1, st, false)
+			}
 			// In the place of the entry it replaces, so the other hooks keep their
 			// positions (Codex keys its trust of each hook by position).
-			next = slices.Concat(kept[:at], []any{entry(o, ev.matcher)}, kept[at:])
+			list.insert(at, &jmember{val: newNode(entry(o, ev.matcher), 3, st)}, 2, st)
+			modified = true
 		}
 		switch {
 		case o.Uninstall && removed > 0:
 			res.Changes = append(res.Changes, fmt.Sprintf("removed Vigil's %s hook", ev.name))
+			removedAny, modified = true, true
+			if len(list.members) == 0 {
+				hooks.remove(hooks.index(ev.name))
+			}
 		case !o.Uninstall && removed == 0:
 			res.Changes = append(res.Changes, fmt.Sprintf("added %s hook: %s", ev.name, o.Command))
-		case !o.Uninstall && !sameJSON(list, next):
+		case !o.Uninstall && !sameJSON(json.RawMessage(before), json.RawMessage(list.bytes())):
 			res.Changes = append(res.Changes, fmt.Sprintf("updated %s hook: %s", ev.name, o.Command))
 		}
-		if len(next) == 0 {
-			delete(hooks, ev.name)
-		} else {
-			hooks[ev.name] = next
-		}
 	}
-	if len(hooks) == 0 {
-		delete(settings, "hooks")
-	} else {
-		settings["hooks"] = hooks
+	if removedAny && len(hooks.members) == 0 {
+		root.remove(root.index("hooks"))
 	}
-	out, err := json.MarshalIndent(settings, "", "  ")
-	if err != nil {
-		return res, fmt.Errorf("encode %s: %w", path, err)
-	}
-	out = append(out, '\n')
-	if old == nil || !sameJSON(json.RawMessage(old), json.RawMessage(out)) {
+	out := doc.bytes()
+	if modified && (old == nil || !sameJSON(json.RawMessage(old), json.RawMessage(out))) {
 		if err := writeFile(path, out); err != nil {
 			return res, err
 		}
@@ -191,7 +218,7 @@ func Install(o InstallOptions) (InstallResult, error) {
 	if trust {
 		var newTrust []codexTrust
 		if !o.Uninstall {
-			if newTrust, err = codexTrustFor(hooks, codexPaths(path), isOurs); err != nil {
+			if newTrust, err = codexTrustFor(hooksMap(hooks), codexPaths(path), isOurs); err != nil {
 				return res, fmt.Errorf("%s: %w", path, err)
 			}
 		}
@@ -200,7 +227,8 @@ func Install(o InstallOptions) (InstallResult, error) {
 			del = append(del, t.Key)
 		}
 		res.TrustPath = filepath.Join(o.CodexHome, "config.toml")
-		changes, changed, err := updateCodexTrust(res.TrustPath, newTrust, del)
+		moves := codexMoves(oldPos, handlerPositions(hooks, isOurs), codexPaths(path))
+		changes, changed, err := updateCodexTrust(res.TrustPath, newTrust, del, moves)
 		if err != nil {
 			return res, err
 		}
@@ -213,78 +241,156 @@ func Install(o InstallOptions) (InstallResult, error) {
 	return res, nil
 }
 
-func entries(v any, path, event string) ([]any, error) {
-	if v == nil {
-		return nil, nil
+// readSettings reads a settings file: an empty file is null, anything but an object or
+// null is refused.
+func readSettings(path string, data []byte) (*jdoc, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &jdoc{root: &jnode{raw: []byte("null")}, trail: "\n"}, nil
 	}
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: hooks.%s is not a list; fix it first", path, event)
+	if !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
+		return nil, fmt.Errorf("%s is not a JSON object (%w); fix or move it first", path, err)
 	}
-	return list, nil
+	doc := parseJSON(data)
+	if !doc.root.isObject() && !doc.root.isNull() {
+		return nil, fmt.Errorf("%s is not a JSON object; fix or move it first", path)
+	}
+	return doc, nil
 }
 
-// withoutVigil drops Vigil's own hooks of agent from an event's list: the whole group in
-// Claude Code's matcher layout when only Vigil is in it, else just Vigil's command. at is
-// where in kept the first dropped entry was (the end when none was).
-func withoutVigil(agent, installing string, list []any) (kept []any, removed, at int) {
-	at = -1
-	drop := func() {
-		if at < 0 {
-			at = len(kept)
+// hooksMap decodes the hooks object for the Codex trust (nil when there is none).
+func hooksMap(hooks *jnode) map[string]any {
+	if !hooks.isObject() {
+		return nil
+	}
+	m, _ := hooks.value().(map[string]any)
+	return m
+}
+
+// claudeHooksDisabled warns when Claude Code's disableAllHooks is on in the settings file
+// install writes or in the settings.local.json next to it (which overrides it): Claude
+// Code then runs no hook at all. The flag is the user's to change, so it stays.
+func claudeHooksDisabled(path string, root *jnode) []string {
+	const warning = "%s sets \"disableAllHooks\": true, so Claude Code runs no hooks: Vigil's hooks will not run until you remove it or set it to false."
+	var out []string
+	if v := root.get("disableAllHooks"); v != nil && string(v.raw) == "true" {
+		out = append(out, fmt.Sprintf(warning, path))
+	}
+	local := filepath.Join(filepath.Dir(path), "settings.local.json")
+	if b, err := os.ReadFile(local); err == nil {
+		var s struct {
+			DisableAllHooks bool `json:"disableAllHooks"`
+		}
+		if json.Unmarshal(b, &s) == nil && s.DisableAllHooks {
+			out = append(out, fmt.Sprintf(warning, local))
 		}
 	}
-	defer func() {
-		if at < 0 {
-			at = len(kept)
-		}
-	}()
-	for _, item := range list {
-		m, ok := item.(map[string]any)
-		if !ok {
-			kept = append(kept, item)
+	return out
+}
+
+// withoutVigil removes Vigil's own hooks (ours) from an event's list, in place: the whole
+// group in the matcher layout when only Vigil is in it, else just Vigil's handler. at is
+// where in what is left the first removed entry was (the end when none was).
+func withoutVigil(list *jnode, ours func(cmd string) bool) (removed, at int) {
+	at = -1
+	for i := 0; i < len(list.members); {
+		g := list.members[i].val
+		if !g.isObject() {
+			i++
 			continue
 		}
-		if cmd, ok := m["command"].(string); ok {
+		if cmd, ok := g.get("command").str(); ok {
 			// Cursor's flat layout: one command per entry.
-			if ours(cmd, agent, installing) {
+			if ours(cmd) {
 				removed++
-				drop()
+				if at < 0 {
+					at = i
+				}
+				list.remove(i)
 				continue
 			}
-			kept = append(kept, item)
+			i++
 			continue
 		}
-		inner, ok := m["hooks"].([]any)
-		if !ok {
-			kept = append(kept, item)
+		inner := g.get("hooks")
+		if !inner.isArray() || len(inner.members) == 0 {
+			i++
 			continue
 		}
-		var rest []any
-		for _, h := range inner {
-			if hm, ok := h.(map[string]any); ok {
-				if cmd, _ := hm["command"].(string); ours(cmd, agent, installing) {
-					removed++
+		for j := 0; j < len(inner.members); {
+			if cmd, _ := inner.members[j].val.get("command").str(); ours(cmd) {
+				removed++
+				inner.remove(j)
+				continue
+			}
+			j++
+		}
+		if len(inner.members) == 0 {
+			if at < 0 {
+				at = i
+			}
+			list.remove(i)
+			continue
+		}
+		i++
+	}
+	if at < 0 {
+		at = len(list.members)
+	}
+	return removed, at
+}
+
+// hookPos is where a handler is in a hooks.json of the matcher layout.
+type hookPos struct {
+	event          string
+	group, handler int
+}
+
+// handlerPositions maps each handler that is not Vigil's to its position: the nodes of the
+// tree stay the same across an edit, so two calls tell which handlers moved.
+func handlerPositions(hooks *jnode, ours func(cmd string) bool) map[*jnode]hookPos {
+	pos := map[*jnode]hookPos{}
+	if !hooks.isObject() {
+		return pos
+	}
+	for _, ev := range hooks.members {
+		if !ev.val.isArray() {
+			continue
+		}
+		for gi, g := range ev.val.members {
+			inner := g.val.get("hooks")
+			if !inner.isArray() {
+				continue
+			}
+			for hi, h := range inner.members {
+				if cmd, _ := h.val.get("command").str(); ours(cmd) {
 					continue
 				}
+				pos[h.val] = hookPos{ev.key, gi, hi}
 			}
-			rest = append(rest, h)
-		}
-		switch {
-		case len(rest) == len(inner):
-			kept = append(kept, item)
-		case len(rest) == 0:
-			drop()
-		default:
-			c := make(map[string]any, len(m))
-			for k, v := range m {
-				c[k] = v
-			}
-			c["hooks"] = rest
-			kept = append(kept, c)
 		}
 	}
-	return kept, removed, at
+	return pos
+}
+
+// codexMoves are the trust keys of the user's handlers that changed position (old key to
+// new key, under each form of the hooks.json path).
+func codexMoves(before, after map[*jnode]hookPos, paths []string) map[string]string {
+	moves := map[string]string{}
+	for h, was := range before {
+		now, ok := after[h]
+		if !ok || now == was {
+			continue
+		}
+		for _, p := range paths {
+			moves[codexKey(p, was.event, was.group, was.handler)] = codexKey(p, now.event, now.group, now.handler)
+		}
+	}
+	return moves
 }
 
 // entry is Vigil's hook in the agent's layout. Gemini CLI counts timeouts in
@@ -294,19 +400,20 @@ func entry(o InstallOptions, matcher string) any {
 	switch o.Agent {
 	case Cursor:
 		// failClosed: a crashed or timed-out hook blocks instead of letting the tool run.
-		return map[string]any{"command": o.Command, "timeout": secs, "failClosed": true}
+		return jobj{{"command", o.Command}, {"timeout", secs}, {"failClosed", true}}
 	case Gemini:
-		g := map[string]any{"hooks": []any{map[string]any{"type": "command", "name": "vigil", "command": o.Command, "timeout": o.Timeout.Milliseconds()}}}
-		if matcher != "" {
-			g["matcher"] = matcher
-		}
-		return g
+		h := jobj{{"type", "command"}, {"name", "vigil"}, {"command", o.Command}, {"timeout", o.Timeout.Milliseconds()}}
+		return group(matcher, h)
 	}
-	g := map[string]any{"hooks": []any{map[string]any{"type": "command", "command": o.Command, "timeout": secs}}}
-	if matcher != "" {
-		g["matcher"] = matcher
+	return group(matcher, jobj{{"type", "command"}, {"command", o.Command}, {"timeout", secs}})
+}
+
+// group is a matcher group holding one handler.
+func group(matcher string, handler jobj) jobj {
+	if matcher == "" {
+		return jobj{{"hooks", []any{handler}}}
 	}
-	return g
+	return jobj{{"matcher", matcher}, {"hooks", []any{handler}}}
 }
 
 func sameJSON(a, b any) bool {
@@ -325,8 +432,13 @@ func sameJSON(a, b any) bool {
 }
 
 // writeFile replaces path atomically, keeping an existing file's mode (new files 0600:
-// settings files may hold tokens).
+// settings files may hold tokens). A path that is a symbolic link (dotfiles kept in a
+// repository and linked in by stow or chezmoi) stays one: the file it names is replaced.
 func writeFile(path string, data []byte) error {
+	path, err := resolveLink(path)
+	if err != nil {
+		return err
+	}
 	mode := os.FileMode(0o600)
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
@@ -354,6 +466,35 @@ func writeFile(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// resolveLink follows the symbolic links at path to the file they name, which may not
+// exist yet (a dangling link is written through too).
+func resolveLink(path string) (string, error) {
+	orig := path
+	// As many links as Linux follows (MAXSYMLINKS): more is a loop.
+	for range 40 {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			// Not a link (or not there): the write itself reports what is wrong.
+			return path, nil
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("write %s: %w", orig, err)
+		}
+		if !filepath.IsAbs(target) {
+			// Relative to the link's real directory: a lexical join would take "..",
+			// through a linked directory, somewhere else.
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", fmt.Errorf("write %s: %w", orig, err)
+			}
+			target = filepath.Join(dir, target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("write %s: too many levels of symbolic links", orig)
 }
 
 // QuoteArg quotes a command-line word for the shell the agents run hooks with, when it

@@ -93,18 +93,25 @@ func send(ctx context.Context, call *Call, cfg Config) (*aos.Result, error) {
 func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	var reason string
 	var rpcErr *aos.Error
+	var httpErr *aos.HTTPError
 	switch {
 	case timedOut:
 		// The hold's own onTimeout is the guardian's to apply and it did not answer in
 		// time: the hook cannot know it, so it fails closed.
 		reason = fmt.Sprintf("Vigil: the review of this step did not finish within the hook's %s timeout, so it is denied. Ask the operator to decide sooner, or give held steps a hold timeout shorter than the hook's.", cfg.Timeout)
+	case errors.As(err, &rpcErr) && rpcErr.Code == aos.CodeRequestTooLarge,
+		errors.As(err, &httpErr) && httpErr.StatusCode == http.StatusRequestEntityTooLarge:
+		// The key is fine and the guardian is up: only the size is wrong.
+		reason = fmt.Sprintf("Vigil: this step is too large for the guardian to review (%v), so it is denied. Split the work into smaller steps, or raise the guardian's --max-body.", rootCause(err))
 	case errors.As(err, &rpcErr):
 		reason = fmt.Sprintf("Vigil refused the step: %s (JSON-RPC %d). Check VIGIL_API_KEY and the guardian's log.", rpcErr.Message, rpcErr.Code)
 	default:
 		reason = fmt.Sprintf("Vigil guardian at %s is not reachable (%v). Start it with `vigil` (desktop window) or `vigil serve`, set VIGIL_URL to where it runs, or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, rootCause(err))
 	}
-	// A tool's output already exists: with no verdict there is nothing to hold back.
-	if call.Phase == PhaseAfterTool || (cfg.OnGuardianError == "allow" && !timedOut) {
+	// A tool's output already exists: when the guardian cannot be asked there is nothing to
+	// hold back. A held output whose review did not finish is another matter: a rule wanted
+	// it reviewed, so it is denied as a deny verdict of a result would be.
+	if !timedOut && (call.Phase == PhaseAfterTool || cfg.OnGuardianError == "allow") {
 		out := call.Answer(Verdict{Kind: Pass})
 		out.Stderr = reason
 		if call.Phase != PhaseAfterTool {
@@ -114,6 +121,10 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	}
 	out := call.Answer(Verdict{Kind: Deny, Reason: reason})
 	out.Stderr = reason
+	if call.Phase == PhaseAfterTool && call.Agent == Cursor {
+		// Cursor's after-hooks cannot withhold anything: say what really happened.
+		out.Stderr = fmt.Sprintf("Vigil: the review of this tool output did not finish within the hook's %s timeout. Cursor's after-hooks only observe, so the output reached the model anyway.", cfg.Timeout)
+	}
 	return out
 }
 

@@ -155,14 +155,14 @@ func nonNil(xs []string) []string {
 func (c *Client) call(ctx context.Context, method string, params, out any) error {
 	var raw json.RawMessage
 	if params != nil {
-		b, err := json.Marshal(params)
+		b, err := marshal(params)
 		if err != nil {
 			return fmt.Errorf("aos: encode %s params: %w", method, err)
 		}
 		raw = b
 	}
 	id := json.RawMessage(strconv.FormatInt(c.nextID.Add(1), 10))
-	body, err := json.Marshal(Request{JSONRPC: "2.0", ID: id, Method: method, Params: raw})
+	body, err := marshal(Request{JSONRPC: "2.0", ID: id, Method: method, Params: raw})
 	if err != nil {
 		return fmt.Errorf("aos: encode %s request: %w", method, err)
 	}
@@ -172,18 +172,33 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	}
 	var rr rpcAnswer
 	if err := json.Unmarshal(data, &rr); err != nil {
-		return fmt.Errorf("aos: %s: HTTP %d: %w", method, status, errNotJSONRPC(data))
+		return fmt.Errorf("aos: %s: %w", method, notJSONRPC(status, data))
 	}
 	if rr.Error != nil {
 		return rr.Error
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("aos: %s: HTTP %d", method, status)
+		return fmt.Errorf("aos: %s: %w", method, &HTTPError{StatusCode: status})
 	}
 	if !bytes.Equal(rr.ID, id) {
 		return fmt.Errorf("aos: %s: response id %s does not match request id %s", method, rr.ID, id)
 	}
 	return rr.decode(method, out)
+}
+
+// marshal is json.Marshal without HTML escaping: json.Marshal sends each <, > and & as a
+// 6-byte \u003c, so a tool output full of HTML could grow past the guardian's --max-body
+// (which counts the bytes sent) though the step itself is well under it. The MarshalJSON
+// methods of the parts (TextPart, ToolCallResult, …) use it too: an encoder copies what
+// they return as it is, escapes included.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // rpcAnswer is one JSON-RPC response as read.
@@ -243,7 +258,7 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 	reqs := make([]Request, len(params))
 	at := make(map[string]int, len(params))
 	for i, p := range params {
-		raw, err := json.Marshal(p)
+		raw, err := marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("aos: encode %s params: %w", method, err)
 		}
@@ -251,7 +266,7 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 		reqs[i] = Request{JSONRPC: "2.0", ID: json.RawMessage(id), Method: method, Params: raw}
 		at[id] = i
 	}
-	body, err := json.Marshal(reqs)
+	body, err := marshal(reqs)
 	if err != nil {
 		return nil, fmt.Errorf("aos: encode %s batch: %w", method, err)
 	}
@@ -265,7 +280,7 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 		if json.Unmarshal(data, &whole) == nil && whole.Error != nil {
 			return nil, whole.Error
 		}
-		return nil, fmt.Errorf("aos: %s batch: HTTP %d: %w", method, status, errNotJSONRPC(data))
+		return nil, fmt.Errorf("aos: %s batch: %w", method, notJSONRPC(status, data))
 	}
 	out := make([]BatchAnswer, len(params))
 	for i := range out {
@@ -291,12 +306,28 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 	return out, nil
 }
 
-func errNotJSONRPC(body []byte) error {
+// HTTPError is an answer without a JSON-RPC error: a body that is not JSON-RPC (a proxy's
+// error page) or a result under a status other than 200. Read the status with errors.As:
+// a proxy's 413 says the request was too large as the guardian's -32001 does.
+type HTTPError struct {
+	StatusCode int
+	// Body is the start of a body that was not JSON-RPC (nil when it was).
+	Body []byte
+}
+
+func (e *HTTPError) Error() string {
+	if e.Body == nil {
+		return fmt.Sprintf("HTTP %d", e.StatusCode)
+	}
+	return fmt.Sprintf("HTTP %d: not a JSON-RPC response: %q", e.StatusCode, e.Body)
+}
+
+func notJSONRPC(status int, body []byte) error {
 	const max = 200
 	if len(body) > max {
 		body = body[:max]
 	}
-	return fmt.Errorf("not a JSON-RPC response: %q", body)
+	return &HTTPError{StatusCode: status, Body: append([]byte{}, body...)}
 }
 
 // Allowed reports an allow decision.

@@ -1,0 +1,365 @@
+package hook
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+)
+
+// The settings files install edits are the user's: a decode into map[string]any and back
+// would sort their keys, escape their & < >, round their big numbers and reflow their
+// layout. Install edits this tree instead: every value keeps the bytes it was written with
+// and every container the whitespace around its members, so writing an unedited tree gives
+// back the file byte for byte, and an edit changes only the members it adds or removes.
+
+// jnode is one JSON value as the file spells it.
+type jnode struct {
+	// kind is '{' or '[' for a container, 0 for a scalar.
+	kind byte
+	// raw is a scalar's text as written (a string keeps its escapes, a number its digits).
+	raw     []byte
+	members []*jmember
+	// closeWS is the whitespace before the closing bracket.
+	closeWS string
+}
+
+// jmember is one member of an object or one element of an array, with the whitespace
+// around it.
+type jmember struct {
+	// lead is the whitespace before the member (after the opening bracket or the comma).
+	lead string
+	// key is the decoded key, rawKey the key as written (objects only).
+	key    string
+	rawKey []byte
+	// colon is the text between key and value: ":" and the whitespace around it.
+	colon string
+	val   *jnode
+	// trail is the whitespace between the value and the comma after it.
+	trail string
+}
+
+// jdoc is a whole file: the root value and the whitespace around it.
+type jdoc struct {
+	lead, trail string
+	root        *jnode
+}
+
+// parseJSON reads b, which must be one valid JSON value (check with json.Valid first).
+func parseJSON(b []byte) *jdoc {
+	p := &jparser{b: b}
+	d := &jdoc{lead: p.ws()}
+	d.root = p.value()
+	d.trail = p.ws()
+	return d
+}
+
+func (d *jdoc) bytes() []byte {
+	var b bytes.Buffer
+	b.WriteString(d.lead)
+	d.root.write(&b)
+	b.WriteString(d.trail)
+	return b.Bytes()
+}
+
+type jparser struct {
+	b []byte
+	i int
+}
+
+func (p *jparser) ws() string {
+	start := p.i
+	for p.i < len(p.b) && strings.IndexByte(" \t\r\n", p.b[p.i]) >= 0 {
+		p.i++
+	}
+	return string(p.b[start:p.i])
+}
+
+func (p *jparser) value() *jnode {
+	switch c := p.b[p.i]; c {
+	case '{', '[':
+		p.i++
+		n := &jnode{kind: c}
+		end := byte('}')
+		if c == '[' {
+			end = ']'
+		}
+		lead := p.ws()
+		if p.b[p.i] == end {
+			p.i++
+			n.closeWS = lead
+			return n
+		}
+		for {
+			m := &jmember{lead: lead}
+			if c == '{' {
+				m.rawKey = p.str()
+				// Valid JSON: the key decodes.
+				_ = json.Unmarshal(m.rawKey, &m.key)
+				before := p.ws()
+				p.i++ // ':'
+				m.colon = before + ":" + p.ws()
+			}
+			m.val = p.value()
+			ws := p.ws()
+			n.members = append(n.members, m)
+			if p.b[p.i] == ',' {
+				m.trail = ws
+				p.i++
+				lead = p.ws()
+				continue
+			}
+			p.i++ // the closing bracket
+			n.closeWS = ws
+			return n
+		}
+	case '"':
+		return &jnode{raw: p.str()}
+	default:
+		start := p.i
+		for p.i < len(p.b) && strings.IndexByte(" \t\r\n,]}", p.b[p.i]) < 0 {
+			p.i++
+		}
+		return &jnode{raw: p.b[start:p.i]}
+	}
+}
+
+// str reads a string token, quotes included.
+func (p *jparser) str() []byte {
+	start := p.i
+	p.i++
+	for p.b[p.i] != '"' {
+		if p.b[p.i] == '\\' {
+			p.i++
+		}
+		p.i++
+	}
+	p.i++
+	return p.b[start:p.i]
+}
+
+func (n *jnode) write(b *bytes.Buffer) {
+	if n.kind == 0 {
+		b.Write(n.raw)
+		return
+	}
+	b.WriteByte(n.kind)
+	for i, m := range n.members {
+		b.WriteString(m.lead)
+		if n.kind == '{' {
+			b.Write(m.rawKey)
+			b.WriteString(m.colon)
+		}
+		m.val.write(b)
+		if i < len(n.members)-1 {
+			b.WriteString(m.trail)
+			b.WriteByte(',')
+		}
+	}
+	b.WriteString(n.closeWS)
+	if n.kind == '{' {
+		b.WriteByte('}')
+	} else {
+		b.WriteByte(']')
+	}
+}
+
+func (n *jnode) bytes() []byte {
+	var b bytes.Buffer
+	n.write(&b)
+	return b.Bytes()
+}
+
+func (n *jnode) isObject() bool { return n != nil && n.kind == '{' }
+func (n *jnode) isArray() bool  { return n != nil && n.kind == '[' }
+
+// isNull reports a JSON null; a missing value (nil) counts as one.
+func (n *jnode) isNull() bool { return n == nil || (n.kind == 0 && string(n.raw) == "null") }
+
+// get returns the value of key in an object (the last one, as encoding/json reads
+// duplicates), or nil.
+func (n *jnode) get(key string) *jnode {
+	if i := n.index(key); i >= 0 {
+		return n.members[i].val
+	}
+	return nil
+}
+
+func (n *jnode) index(key string) int {
+	if !n.isObject() {
+		return -1
+	}
+	for i := len(n.members) - 1; i >= 0; i-- {
+		if n.members[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// str returns the value of a string node.
+func (n *jnode) str() (string, bool) {
+	if n == nil || n.kind != 0 || len(n.raw) == 0 || n.raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(n.raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// value decodes the node as encoding/json would.
+func (n *jnode) value() any {
+	var v any
+	_ = json.Unmarshal(n.bytes(), &v)
+	return v
+}
+
+// jstyle is how a file lays out what it holds, for the members install adds.
+type jstyle struct {
+	// nl and indent lay out one member a line; nl is "" for a file on one line.
+	nl, indent string
+	// colon is what goes between a key and its value, sep what follows a comma on one line.
+	colon, sep string
+}
+
+// styleOf reads the layout of a file from its root object's first members: two-space
+// indentation when the file says nothing (a new or empty file).
+func styleOf(root *jnode) jstyle {
+	st := jstyle{nl: "\n", indent: "  ", colon: ": ", sep: " "}
+	if !root.isObject() || len(root.members) == 0 {
+		return st
+	}
+	first := root.members[0]
+	st.colon = first.colon
+	if i := strings.LastIndexByte(first.lead, '\n'); i >= 0 {
+		st.nl, st.indent = "\n", first.lead[i+1:]
+		if strings.HasSuffix(first.lead[:i], "\r") {
+			st.nl = "\r\n"
+		}
+		return st
+	}
+	st.nl, st.indent = "", ""
+	st.sep = ""
+	if strings.HasSuffix(first.colon, " ") {
+		st.sep = " "
+	}
+	if len(root.members) > 1 {
+		st.sep = root.members[1].lead
+	}
+	return st
+}
+
+// lead is the whitespace before a member at depth.
+func (st jstyle) lead(depth int) string {
+	if st.nl == "" {
+		return ""
+	}
+	return st.nl + strings.Repeat(st.indent, depth)
+}
+
+// jobj is an object to add, its keys in order.
+type jobj []jkv
+
+type jkv struct {
+	key string
+	val any
+}
+
+// newNode renders v at depth (0 for the root) in the file's style.
+func newNode(v any, depth int, st jstyle) *jnode {
+	var n *jnode
+	switch v := v.(type) {
+	case *jnode:
+		return v
+	case jobj:
+		n = &jnode{kind: '{'}
+		for _, kv := range v {
+			n.members = append(n.members, &jmember{lead: st.lead(depth + 1), key: kv.key, rawKey: encode(kv.key),
+				colon: st.colon, val: newNode(kv.val, depth+1, st)})
+		}
+	case []any:
+		n = &jnode{kind: '['}
+		for _, x := range v {
+			n.members = append(n.members, &jmember{lead: st.lead(depth + 1), val: newNode(x, depth+1, st)})
+		}
+	default:
+		return &jnode{raw: encode(v)}
+	}
+	if len(n.members) > 0 {
+		n.closeWS = st.lead(depth)
+		if st.nl == "" {
+			for _, m := range n.members[1:] {
+				m.lead = st.sep
+			}
+		}
+	}
+	return n
+}
+
+// encode is json.Marshal of a key or scalar without HTML escaping (a command's && stays
+// as written). Only strings, numbers and booleans are encoded here.
+func encode(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// insert adds m at index i of container n (at depth), with whitespace copied from its
+// neighbours where it has some, so that removing m again gives back n as it was.
+func (n *jnode) insert(i int, m *jmember, depth int, st jstyle) {
+	switch {
+	case len(n.members) == 0:
+		m.lead = st.lead(depth + 1)
+		n.closeWS = st.lead(depth)
+	case i == 0:
+		m.lead = n.members[0].lead
+		n.members[0].lead = n.between(st)
+	default:
+		m.lead = n.between(st)
+	}
+	n.members = slices.Insert(n.members, i, m)
+}
+
+// between is the whitespace before a member that is not the first.
+func (n *jnode) between(st jstyle) string {
+	switch {
+	case len(n.members) > 1:
+		return n.members[1].lead
+	case strings.ContainsRune(n.members[0].lead, '\n'):
+		return n.members[0].lead
+	case st.nl == "":
+		return st.sep
+	}
+	// A container on one line in a file that is not.
+	return " "
+}
+
+// remove drops the member at index i, the inverse of insert.
+func (n *jnode) remove(i int) {
+	if i == 0 && len(n.members) > 1 {
+		n.members[1].lead = n.members[0].lead
+	}
+	n.members = slices.Delete(n.members, i, i+1)
+	if len(n.members) == 0 {
+		n.closeWS = ""
+	}
+}
+
+// set gives key the value v in object n (at depth): in place when the key is there, else
+// appended (or first, with first).
+func (n *jnode) set(key string, v any, depth int, st jstyle, first bool) {
+	if i := n.index(key); i >= 0 {
+		n.members[i].val = newNode(v, depth+1, st)
+		return
+	}
+	m := &jmember{key: key, rawKey: encode(key), colon: st.colon, val: newNode(v, depth+1, st)}
+	at := len(n.members)
+	if first {
+		at = 0
+	}
+	n.insert(at, m, depth, st)
+}
