@@ -95,7 +95,7 @@ var maintenanceCases = []testCase{
 			rec.Text = strings.Join(words, " ")
 			seqs = append(seqs, save(t, db, rec).Seq)
 		}
-		waitIndexed(t, db)
+		indexNow(t, db)
 		now := t0.Add(time.Hour)
 		full, err := db.Prune(bg(), now, record.Retention{})
 		require.NoError(t, err)

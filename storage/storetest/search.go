@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,6 @@ import (
 	"github.com/vigil-guardian/vigil/storage"
 )
 
-// waitIndexed waits until search sees every stored step: a backend may index in the
-// background (record.SearchPage.IndexLag).
 // requireFinds checks that q finds the steps seq[i] for each i of want, in that order.
 func requireFinds(t *testing.T, db storage.Backend, q record.SearchQuery, seq []int64, want []int) {
 	t.Helper()
@@ -29,6 +28,8 @@ func requireFinds(t *testing.T, db storage.Backend, q record.SearchQuery, seq []
 	require.Equal(t, wantSeqs, got)
 }
 
+// waitIndexed waits until search sees every stored step: a backend may index in the
+// background (record.SearchPage.IndexLag).
 func waitIndexed(t *testing.T, db storage.Backend) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -186,4 +187,18 @@ var searchCases = []testCase{
 			t.Run(tc.name, func(t *testing.T) { requireFinds(t, db, tc.q, seq, tc.want) })
 		}
 	}},
+}
+
+// indexNow makes search see every stored step at once where the backend can index on
+// demand (SQLite's IndexComplete), else waits for its background indexer. For cases that
+// need a complete index but do not test the indexer: the background indexer spends at
+// most a third of a core, so many large steps can take it longer than waitIndexed allows
+// on a loaded machine (400 steps of 4 KB: 5 s on an idle 2-core box with -race, over 30 s
+// on a busy one).
+func indexNow(t *testing.T, db storage.Backend) {
+	t.Helper()
+	if ix, ok := db.(interface{ IndexComplete(context.Context) error }); ok {
+		require.NoError(t, ix.IndexComplete(bg()))
+	}
+	waitIndexed(t, db)
 }
