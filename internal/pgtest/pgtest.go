@@ -6,6 +6,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -93,20 +94,31 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 		"--locale=C", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("pgtest: initdb: %w: %s", err, out)
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s.port = port
-	// fsync off and a small WAL keep tests fast; durability across a machine crash is not
-	// what these tests check (replica kills are process kills, which fsync=off survives).
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off "+
-		"-c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB", port, base)
-	if out, err := s.run(ctx, "pg_ctl", "-D", data, "-l", s.log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+	// The port is free when picked but may be taken before the server binds it (test
+	// binaries run side by side, each starting a server): a start that could not bind
+	// tries another port.
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.port = port
+		// fsync off and a small WAL keep tests fast; durability across a machine crash is
+		// not what these tests check (replica kills are process kills, which fsync=off
+		// survives).
+		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off "+
+			"-c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB", port, base)
+		out, err := s.run(ctx, "pg_ctl", "-D", data, "-l", s.log, "-o", opts, "-w", "-t", "60", "start")
+		if err == nil {
+			return s, nil
+		}
 		logText, _ := os.ReadFile(s.log)
+		if attempt < 3 && bytes.Contains(logText, []byte("could not bind")) {
+			_ = os.Remove(s.log)
+			continue
+		}
 		return nil, fmt.Errorf("pgtest: pg_ctl start: %w: %s\n%s", err, out, logText)
 	}
-	return s, nil
 }
 
 // run runs one of the server's programs as the server's user.
