@@ -149,21 +149,41 @@ func codexPaths(path string) []string {
 	return paths
 }
 
-// updateCodexTrust writes set and removes del in the hooks.state of the Codex config.toml
-// at path, and moves each entry keyed by a key of moves to its new key (a hook that
-// changed position: Codex keys its trust by position, so a hook whose trust stayed behind
-// would silently stop running). It edits only those entries' lines so the rest of the file
-// (comments, order, formatting) stays as the user wrote it. The edit is checked by parsing
-// the result: a file whose layout cannot be edited this way is left alone with an error
-// that says what to change by hand.
-func updateCodexTrust(path string, set []codexTrust, del []string, moves map[string]string) ([]string, bool, error) {
+// codexTrustEdit is a planned edit of the Codex config.toml at path: its new text and
+// what changed. Nothing is written until Install has planned the hooks.json edit too.
+type codexTrustEdit struct {
+	path    string
+	text    string
+	changes []string
+	// changed is false when the file already says what it should.
+	changed bool
+}
+
+// planCodexTrust plans writing set and removing del in the hooks.state of the Codex
+// config.toml at path, and moving each entry keyed by a key of moves to its new key (a
+// hook that changed position: Codex keys its trust by position, so a hook whose trust
+// stayed behind would silently stop running). It edits only those entries' lines so the
+// rest of the file (comments, order, formatting) stays as the user wrote it. The edit is
+// checked by parsing the result, leniently for what it holds and strictly for where its
+// tables are defined (checkTOMLDefinitions): a file whose layout cannot be edited this way
+// gets an error that says what to change by hand. An empty set is an uninstall.
+func planCodexTrust(path string, set []codexTrust, del []string, moves map[string]string) (codexTrustEdit, error) {
+	edit := codexTrustEdit{path: path}
+	// What the user is told to do by hand when the edit cannot be made.
+	doing, byHand := "adding Vigil's hook trust", "add the [hooks.state] entries by hand"
+	if len(set) == 0 {
+		doing, byHand = "removing Vigil's hook trust", "edit the [hooks.state] entries by hand"
+	}
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, false, fmt.Errorf("read %s: %w", path, err)
+		return edit, fmt.Errorf("read %s: %w", path, err)
 	}
 	before := map[string]any{}
 	if _, err := toml.Decode(string(old), &before); err != nil {
-		return nil, false, fmt.Errorf("%s is not valid TOML (%w); fix it first", path, err)
+		return edit, fmt.Errorf("%s is not valid TOML (%w); fix it first", path, err)
+	}
+	if err := checkTOMLDefinitions(string(old)); err != nil {
+		return edit, fmt.Errorf("%s is not valid TOML (%w); fix it first", path, err)
 	}
 	state := codexState(before)
 	text := string(old)
@@ -178,14 +198,14 @@ func updateCodexTrust(path string, set []codexTrust, del []string, moves map[str
 		}
 		next, ok := removeTable(text, key)
 		if !ok {
-			return nil, false, fmt.Errorf("%s: cannot remove hooks.state.%s (not a table of its own); remove it by hand", path, tomlQuote(key))
+			return edit, fmt.Errorf("%s: cannot remove hooks.state.%s (not a table of its own); remove it by hand", path, tomlQuote(key))
 		}
 		text = next
 		delete(want, key)
 		changes = append(changes, "removed Codex's trust of "+key)
 	}
 	if text, changes, err = moveTrust(path, text, state, want, moves, changes); err != nil {
-		return nil, false, err
+		return edit, err
 	}
 	for _, t := range set {
 		cur, _ := state[t.Key].(map[string]any)
@@ -195,7 +215,12 @@ func updateCodexTrust(path string, set []codexTrust, del []string, moves map[str
 		next, ok := setTrustedHash(text, t.Key, t.Hash)
 		if !ok {
 			if cur != nil {
-				return nil, false, fmt.Errorf("%s: cannot edit hooks.state.%s (not a table of its own); set its trusted_hash = %q by hand", path, tomlQuote(t.Key), t.Hash)
+				return edit, fmt.Errorf("%s: cannot edit hooks.state.%s (not a table of its own); set its trusted_hash = %q by hand", path, tomlQuote(t.Key), t.Hash)
+			}
+			if inline := inlineHooksTable(string(old)); inline != "" {
+				// A [hooks.state."…"] table appended after it would define the inline
+				// table's key a second time.
+				return edit, fmt.Errorf("%s: %s is an inline table ({ … }), which cannot be extended by [hooks.state] tables; %s", path, inline, byHand)
 			}
 			next = appendTable(text, t.Key, t.Hash)
 		}
@@ -209,22 +234,47 @@ func updateCodexTrust(path string, set []codexTrust, del []string, moves map[str
 		changes = append(changes, "trusted "+t.Key)
 	}
 	if text == string(old) {
-		return nil, false, nil
+		return edit, nil
 	}
 	// The edit must change exactly the intended entries.
 	after := map[string]any{}
 	if _, err := toml.Decode(text, &after); err != nil {
-		return nil, false, fmt.Errorf("%s: adding Vigil's hook trust would make it invalid TOML (%w); add the [hooks.state] entries by hand", path, err)
+		return edit, fmt.Errorf("%s: %s would make it invalid TOML (%w); %s", path, doing, err, byHand)
+	}
+	if err := checkTOMLDefinitions(text); err != nil {
+		return edit, fmt.Errorf("%s: %s would make it invalid TOML (%w); %s", path, doing, err, byHand)
 	}
 	expect := maps.Clone(before)
 	setCodexState(expect, want)
 	if !reflect.DeepEqual(normalizeTOML(expect), normalizeTOML(after)) {
-		return nil, false, fmt.Errorf("%s: could not add Vigil's hook trust without changing other settings; add the [hooks.state] entries by hand", path)
+		return edit, fmt.Errorf("%s: %s would change other settings; %s", path, doing, byHand)
 	}
-	if err := writeFile(path, []byte(text)); err != nil {
-		return nil, false, err
+	edit.text, edit.changes, edit.changed = text, changes, true
+	return edit, nil
+}
+
+// write replaces the config.toml with the planned text, when it changed.
+func (e codexTrustEdit) write() error {
+	if !e.changed {
+		return nil
 	}
-	return changes, true, nil
+	return writeFile(e.path, []byte(e.text))
+}
+
+// inlineHooksTable names hooks or hooks.state when doc (valid TOML) defines it as an
+// inline table (or under one), "" otherwise.
+func inlineHooksTable(doc string) string {
+	defs, err := tomlDefinitions(doc)
+	if err != nil {
+		return ""
+	}
+	switch {
+	case defs.flags.is([]string{"hooks"}, tomlFrozen):
+		return "hooks"
+	case defs.flags.is([]string{"hooks", "state"}, tomlFrozen):
+		return "hooks.state"
+	}
+	return ""
 }
 
 // moveTrust renames the [hooks.state."FROM"] tables of text that moves names to their new

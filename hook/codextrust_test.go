@@ -345,3 +345,15 @@ func TestUpdateCodexTrustMoves(t *testing.T) {
 		})
 	}
 }
+
+// updateCodexTrust plans the edit of config.toml at path and writes it, as Install does.
+func updateCodexTrust(path string, set []codexTrust, del []string, moves map[string]string) ([]string, bool, error) {
+	edit, err := planCodexTrust(path, set, del, moves)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := edit.write(); err != nil {
+		return nil, false, err
+	}
+	return edit.changes, edit.changed, nil
+}

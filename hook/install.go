@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -106,8 +107,12 @@ func ours(cmd, agent, installing string) bool {
 // endings, so install then uninstall gives back the file byte for byte. Except where
 // install adds what the file lacked and keeps it on uninstall (Cursor's "version"), or
 // removes what only held Vigil's hooks (a "hooks" object or event list left empty, even if
-// it was there empty before), and an empty container written with spaces inside ("[ ]")
-// comes back as "[]".
+// it was there empty before, unless its key appears earlier in its object), and an empty
+// container written with spaces inside ("[ ]") comes back as "[]".
+//
+// For Codex with a CodexHome, hooks.json and the trust in config.toml change together:
+// both edits are worked out before either file is written, under a lock that keeps
+// concurrent installs from losing each other's trust entries.
 func Install(o InstallOptions) (InstallResult, error) {
 	path, err := SettingsPath(o.Agent, o.Dir)
 	if err != nil {
@@ -120,6 +125,14 @@ func Install(o InstallOptions) (InstallResult, error) {
 		path = filepath.Join(o.CodexHome, "hooks.json")
 	}
 	res := InstallResult{Path: path}
+	trust := o.Agent == Codex && o.CodexHome != ""
+	if trust {
+		unlock, err := lockCodexTrust(o)
+		if err != nil {
+			return res, err
+		}
+		defer unlock()
+	}
 	old, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -162,7 +175,6 @@ func Install(o InstallOptions) (InstallResult, error) {
 	isOurs := func(cmd string) bool { return ours(cmd, o.Agent, o.Command) }
 	var oldTrust []codexTrust
 	var oldPos map[*jnode]hookPos
-	trust := o.Agent == Codex && o.CodexHome != ""
 	if trust {
 		if oldTrust, err = codexTrustFor(hooksMap(hooks), codexPaths(path), isOurs); err != nil {
 			return res, fmt.Errorf("%s: %w", path, err)
@@ -197,7 +209,7 @@ func Install(o InstallOptions) (InstallResult, error) {
 			res.Changes = append(res.Changes, fmt.Sprintf("removed Vigil's %s hook", ev.name))
 			removedAny, modified = true, true
 			if len(list.members) == 0 {
-				hooks.remove(hooks.index(ev.name))
+				removeEmptied(hooks, ev.name)
 			}
 		case !o.Uninstall && removed == 0:
 			res.Changes = append(res.Changes, fmt.Sprintf("added %s hook: %s", ev.name, o.Command))
@@ -206,15 +218,14 @@ func Install(o InstallOptions) (InstallResult, error) {
 		}
 	}
 	if removedAny && len(hooks.members) == 0 {
-		root.remove(root.index("hooks"))
+		removeEmptied(root, "hooks")
 	}
 	out := doc.bytes()
-	if modified && (old == nil || !sameJSON(json.RawMessage(old), json.RawMessage(out))) {
-		if err := writeFile(path, out); err != nil {
-			return res, err
-		}
-		res.Changed = true
-	}
+	writeJSON := modified && (old == nil || !sameJSON(json.RawMessage(old), json.RawMessage(out)))
+	// Codex's trust is planned before either file is written: hooks.json changed alone
+	// would leave the hooks it moved without their trust (and a rerun, finding hooks.json
+	// up to date, would not notice).
+	var edit codexTrustEdit
 	if trust {
 		var newTrust []codexTrust
 		if !o.Uninstall {
@@ -228,17 +239,81 @@ func Install(o InstallOptions) (InstallResult, error) {
 		}
 		res.TrustPath = filepath.Join(o.CodexHome, "config.toml")
 		moves := codexMoves(oldPos, handlerPositions(hooks, isOurs), codexPaths(path))
-		changes, changed, err := updateCodexTrust(res.TrustPath, newTrust, del, moves)
-		if err != nil {
+		if edit, err = planCodexTrust(res.TrustPath, newTrust, del, moves); err != nil {
 			return res, err
 		}
-		res.Changes = append(res.Changes, changes...)
-		res.Changed = res.Changed || changed
 	}
+	if writeJSON {
+		if err := writeFile(path, out); err != nil {
+			return res, err
+		}
+		res.Changed = true
+	}
+	if err := edit.write(); err != nil {
+		if writeJSON {
+			// The two files change together or not at all.
+			err = errors.Join(err, restoreFile(path, old))
+		}
+		return res, err
+	}
+	res.Changes = append(res.Changes, edit.changes...)
+	res.Changed = res.Changed || edit.changed
 	if !res.Changed && len(res.Changes) == 0 {
 		res.Changes = append(res.Changes, "already up to date")
 	}
 	return res, nil
+}
+
+// lockCodexTrust serializes the installs that edit Codex's trust: each reads hooks.json
+// and config.toml, edits them and replaces them by rename, so two at once would each write
+// back a config.toml without the other's entries. The lock is a file of its own in the
+// Codex home, config.toml.lock, which stays there (empty) afterwards: not config.toml
+// itself, which the rename replaces (a lock held on the old file would not exclude an
+// install that opened the new one), and not the directory of hooks.json, which differs
+// between the user's install and each project's while config.toml is shared.
+func lockCodexTrust(o InstallOptions) (func(), error) {
+	if _, err := os.Stat(o.CodexHome); errors.Is(err, os.ErrNotExist) && o.Uninstall {
+		// Without a Codex home there is no trust to remove: no need to create one.
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(o.CodexHome, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", o.CodexHome, err)
+	}
+	return lockFile(filepath.Join(o.CodexHome, "config.toml.lock"))
+}
+
+// removeEmptied removes the member key of object n, which install's entries alone
+// filled, unless an earlier member has the same key: agents read settings with
+// JSON.parse, where the last duplicate wins, so removing it would make the earlier one
+// (hooks the agent never ran) what the agent reads. That one stays, empty.
+func removeEmptied(n *jnode, key string) {
+	i := n.index(key)
+	if i < 0 {
+		return
+	}
+	if slices.ContainsFunc(n.members[:i], func(m *jmember) bool { return m.key == key }) {
+		return
+	}
+	n.remove(i)
+}
+
+// restoreFile puts back what path held before it was written (old; nil for no file),
+// when writing the file that had to change with it failed.
+func restoreFile(path string, old []byte) error {
+	if old != nil {
+		if err := writeFile(path, old); err != nil {
+			return fmt.Errorf("restore %s: %w", path, err)
+		}
+		return nil
+	}
+	target, err := resolveLink(path)
+	if err == nil {
+		err = os.Remove(target)
+	}
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", path, err)
+	}
+	return nil
 }
 
 // readSettings reads a settings file: an empty file is null, anything but an object or

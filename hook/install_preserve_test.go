@@ -331,3 +331,42 @@ func TestInstallWarnsDisableAllHooks(t *testing.T) {
 		})
 	}
 }
+
+// TestUninstallKeepsDuplicateKeys: agents read settings with JSON.parse, where the last of
+// duplicate keys wins. Install edits that last member; uninstall must not delete it when it
+// ends up empty, or the earlier duplicate (here a hook of the user's the agent never ran)
+// would become what the agent reads.
+func TestUninstallKeepsDuplicateKeys(t *testing.T) {
+	const old = `{"matcher": "Bash", "hooks": [{"type": "command", "command": "/usr/bin/old-hook"}]}`
+	tests := []struct{ name, content, want string }{
+		{"duplicate hooks", `{"hooks": {"PreToolUse": [` + old + `]}, "hooks": {}}`, ""},
+		{"duplicate hooks on lines", "{\n  \"hooks\": {\n    \"PreToolUse\": [" + old + "]\n  },\n  \"x\": 1,\n  \"hooks\": {}\n}\n", ""},
+		{"duplicate event", `{"hooks": {"PreToolUse": [` + old + `], "PreToolUse": []}}`, ""},
+		// The null install replaced comes back as the empty object it left: what the agent
+		// reads is still no hooks.
+		{"duplicate hooks null", `{"hooks": {"PreToolUse": [` + old + `]}, "hooks": null}`,
+			`{"hooks": {"PreToolUse": [` + old + `]}, "hooks": {}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, err := SettingsPath(ClaudeCode, dir)
+			require.NoError(t, err)
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			require.NoError(t, os.WriteFile(path, []byte(tt.content), 0o644))
+			o := installOpts(ClaudeCode, dir)
+			_, err = Install(o)
+			require.NoError(t, err)
+			o.Uninstall = true
+			_, err = Install(o)
+			require.NoError(t, err)
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			want := tt.want
+			if want == "" {
+				want = tt.content
+			}
+			require.Equal(t, want, string(got))
+		})
+	}
+}
