@@ -92,8 +92,11 @@ export async function startGuardian(opts = {}) {
     url,
     dir,
     output: () => output,
+    /** Sends the guardian a signal, e.g. SIGSTOP to make it hang and SIGCONT to let it go on. @param {NodeJS.Signals} sig */
+    signal: (sig) => proc.kill(sig),
     async stop() {
       if (proc.exitCode === null) {
+        proc.kill('SIGCONT');
         const gone = new Promise((ok) => proc.once('exit', ok));
         proc.kill('SIGTERM');
         const t = setTimeout(() => proc.kill('SIGKILL'), 5000);

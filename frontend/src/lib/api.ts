@@ -74,6 +74,30 @@ export function headerSafe(v: string): string {
   return /^[\x20-\x7e]*$/.test(v) ? v : encodeURIComponent(v);
 }
 
+/** An API key as GET /api/keys shows it (guardian/auth Key): never the key itself. */
+export interface ApiKey {
+  id: string;
+  name: string;
+  /** The agent id the key may speak for; '' for any agent. */
+  agentId: string;
+  /** The key's first characters, to tell keys apart. */
+  prefix: string;
+  createdAt: string;
+  createdBy: string;
+  expiresAt: string | null;
+  revokedAt: string | null;
+  lastUsedAt: string | null;
+  status: 'active' | 'revoked' | 'expired' | string;
+}
+
+/** An operator account (guardian/auth User). */
+export interface Account {
+  name: string;
+  role: 'viewer' | 'reviewer' | 'admin' | string;
+  createdAt: string;
+  updatedAt: string;
+}
+
 export class Api {
   readonly base: string;
   private readonly fetch: FetchLike;
@@ -238,6 +262,26 @@ export class Api {
     return this.request<unknown>('POST', '/api/rules/import' + query({ mode: mode === 'merge' ? 'merge' : undefined }), undefined, {
       raw: { text, type },
     });
+  }
+
+  keys() {
+    return this.request<{ keys: ApiKey[] | null }>('GET', '/api/keys');
+  }
+  /** The secret is in this answer only: it is never shown again. */
+  createKey(body: { name: string; agentId: string; expiresIn: string }) {
+    return this.request<{ key: ApiKey; secret: string }>('POST', '/api/keys', body);
+  }
+  revokeKey(id: string) {
+    return this.request<ApiKey>('POST', `/api/keys/${enc(id)}/revoke`);
+  }
+  users() {
+    return this.request<{ users: Account[] | null }>('GET', '/api/users');
+  }
+  addUser(body: { name: string; role: string; password: string }) {
+    return this.request<Account>('POST', '/api/users', body);
+  }
+  removeUser(name: string) {
+    return this.request<Account>('DELETE', `/api/users/${enc(name)}`);
   }
 
   audit(p: { limit?: number; before?: number | string; type?: string; sessionId?: string; operator?: string } = {}) {

@@ -69,7 +69,7 @@ class ConsoleState {
   private toastId = 0;
   private operatorWaiters: ((name: string | null) => void)[] = [];
 
-  liveState = $state<LiveState>({ status: 'stopped', lastSeq: 0, attempt: 0, retryAt: null, reason: '' });
+  liveState = $state<LiveState>({ status: 'stopped', lastSeq: 0, attempt: 0, retryAt: null, reason: '', downSince: null });
   info = $state.raw<Info | null>(null);
   holds = $state.raw<HoldsState>(emptyHolds());
   holdsLoaded = $state(false);
@@ -81,6 +81,8 @@ class ConsoleState {
   /** Holds this console decided (sent), so the queue may move on from them. */
   decidedHere = $state.raw<ReadonlySet<string>>(new Set());
   private queueId = 0;
+  /** Decisions sent and not answered yet. */
+  private readonly sending = new Set<Promise<void>>();
   /**
    * Asked before the route changes (target hash) or the page unloads (null): false keeps the
    * page, which then asks the operator itself. The rule editor sets it while it has a draft.
@@ -173,7 +175,13 @@ class ConsoleState {
     this.start();
   }
 
+  /**
+   * Ends the session. Decisions still in their undo window are the caller's to send or take
+   * back first (the Sign out button asks); one already on its way is waited for, so the
+   * guardian gets it before the sign-out.
+   */
   async signOut(): Promise<void> {
+    await Promise.allSettled([...this.sending]);
     try {
       await this.api.logout();
     } finally {
@@ -307,7 +315,27 @@ class ConsoleState {
     void this.sendDecision(id);
   }
 
-  private async sendDecision(id: number): Promise<void> {
+  /** Sends every decision still in its undo window now; resolves once the guardian answered each. */
+  async sendAllDecisionsNow(): Promise<void> {
+    const ids = this.queued.map((q) => {
+      clearTimeout(q.timer);
+      return q.id;
+    });
+    await Promise.all(ids.map((id) => this.sendDecision(id)));
+  }
+
+  /** Takes back every decision still in its undo window. */
+  undoAllDecisions(): void {
+    for (const q of this.queued) this.undoDecision(q.id);
+  }
+
+  private sendDecision(id: number): Promise<void> {
+    const p = this.deliverDecision(id).finally(() => this.sending.delete(p));
+    this.sending.add(p);
+    return p;
+  }
+
+  private async deliverDecision(id: number): Promise<void> {
     const q = this.queued.find((x) => x.id === id);
     if (!q) return;
     this.queued = this.queued.filter((x) => x.id !== id);

@@ -135,7 +135,7 @@ export interface ExprEditor {
 
 export function createExprEditor(
   parent: HTMLElement,
-  opts: { doc: string; onChange: (text: string) => void; label: string; placeholder?: string; readOnly?: boolean },
+  opts: { doc: string; onChange: (text: string) => void; label: string; placeholder?: string; readOnly?: boolean; describedBy?: string },
 ): ExprEditor {
   const extensions: Extension[] = [
     lineNumbers(),
@@ -150,7 +150,12 @@ export function createExprEditor(
     exprHighlight,
     keymap.of([...closeBracketsKeymap, ...defaultKeymap, ...historyKeymap, ...completionKeymap, indentWithTab]),
     EditorView.lineWrapping,
-    EditorView.contentAttributes.of({ 'aria-label': opts.label, 'aria-multiline': 'true' }),
+    EditorView.contentAttributes.of({
+      'aria-label': opts.label,
+      'aria-multiline': 'true',
+      // Tab indents here: the hint that says how to leave (Esc, then Tab) is read with the field.
+      ...(opts.describedBy ? { 'aria-describedby': opts.describedBy } : {}),
+    }),
     EditorView.updateListener.of((u) => {
       if (u.docChanged) opts.onChange(u.state.doc.toString());
     }),

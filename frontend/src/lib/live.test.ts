@@ -174,6 +174,56 @@ describe('LiveClient', () => {
     expect(sockets[1]!.url).toBe('ws://h/api/live?after=9&session=abc');
   });
 
+  it('abandons an attempt that does not open in time and retries with backoff', () => {
+    // A guardian that accepts the connection but never answers (stopped, SIGSTOP): the
+    // attempt must not stay "connecting" for ever.
+    const { sockets, timers, client } = setup();
+    client.start();
+    sockets[0]!.open();
+    sockets[0]!.send({ seq: 4, type: 'step' });
+    expect(client.state.downSince).toBeNull();
+    timers.advance(20_000); // silent: dropped
+    const down = timers.t;
+    expect(client.state.status).toBe('waiting');
+    expect(client.state.downSince).toBe(down);
+    timers.advance(500);
+    expect(sockets).toHaveLength(2);
+    expect(client.state.status).toBe('connecting');
+    timers.advance(9_999);
+    expect(client.state.status).toBe('connecting');
+    expect(sockets[1]!.closed).toBe(false);
+    timers.advance(1);
+    expect(sockets[1]!.closed).toBe(true);
+    expect(client.state.status).toBe('waiting');
+    expect(client.state.reason).toBe('no answer from the guardian in 10 s');
+    expect(client.state.attempt).toBe(2);
+    expect(client.state.retryAt).toBe(timers.t + 1000);
+    // Still down since the drop, across attempts.
+    expect(client.state.downSince).toBe(down);
+    timers.advance(1000);
+    expect(sockets).toHaveLength(3);
+    expect(sockets[2]!.url).toBe('ws://h/api/live?after=4');
+    // An attempt that opens in time is kept, and the stream is up again.
+    timers.advance(3000);
+    sockets[2]!.open();
+    timers.advance(9000);
+    expect(sockets[2]!.closed).toBe(false);
+    expect(client.state.status).toBe('open');
+    expect(client.state.downSince).toBeNull();
+    client.stop();
+  });
+
+  it('counts the first connection as down until it opens', () => {
+    const { sockets, timers, client } = setup();
+    timers.advance(1234);
+    client.start();
+    expect(client.state.downSince).toBe(1234);
+    sockets[0]!.open();
+    expect(client.state.downSince).toBeNull();
+    client.stop();
+    expect(client.state.downSince).toBeNull();
+  });
+
   it('stop closes the socket and schedules nothing', () => {
     const { sockets, timers, client } = setup();
     client.start();

@@ -1,6 +1,8 @@
 // The live stream client: one websocket to /api/live that resumes with ?after=<last seq> after
 // a drop, backs off exponentially (with jitter) between attempts, drops duplicate or replayed
-// events by seq, and treats a silent connection as dead (the server sends stats every 5 s).
+// events by seq, treats a silent connection as dead (the server sends stats every 5 s), and
+// gives up on an attempt that does not open in time (a guardian that accepts the connection
+// but never answers, e.g. stopped or overloaded) and tries again with the same backoff.
 
 import type { LiveEvent } from './types';
 
@@ -16,6 +18,11 @@ export interface LiveState {
   retryAt: number | null;
   /** Last error or close reason, for the status tooltip. */
   reason: string;
+  /**
+   * Epoch ms since when the stream has not been open (the first attempt's start, or the
+   * moment it dropped); null while it is open and when stopped.
+   */
+  downSince: number | null;
 }
 
 /** The subset of WebSocket the client uses, so tests can pass a fake. */
@@ -49,6 +56,8 @@ export interface LiveOptions {
   maxDelayMs?: number;
   /** No frame for this long → reconnect. */
   staleMs?: number;
+  /** An attempt that has not opened after this long is abandoned and retried. */
+  openTimeoutMs?: number;
   /** Events arriving within this window are delivered together (one UI update). */
   batchMs?: number;
 }
@@ -113,6 +122,7 @@ export class LiveClient {
   private socket: SocketLike | null = null;
   private retryTimer: unknown = null;
   private staleTimer: unknown = null;
+  private openTimer: unknown = null;
   private flushTimer: unknown = null;
   private pending: LiveEvent[] = [];
   private gotFrame = false;
@@ -126,10 +136,11 @@ export class LiveClient {
       minDelayMs: 500,
       maxDelayMs: 30_000,
       staleMs: 20_000,
+      openTimeoutMs: 10_000,
       batchMs: 100,
       ...opts,
     };
-    this.state = { status: 'stopped', lastSeq: opts.after ?? 0, attempt: 0, retryAt: null, reason: '' };
+    this.state = { status: 'stopped', lastSeq: opts.after ?? 0, attempt: 0, retryAt: null, reason: '', downSince: null };
   }
 
   start(): void {
@@ -158,7 +169,10 @@ export class LiveClient {
   }
 
   private setState(patch: Partial<LiveState>) {
-    this.state = { ...this.state, ...patch };
+    const next = { ...this.state, ...patch };
+    if (next.status === 'open' || next.status === 'stopped') next.downSince = null;
+    else next.downSince ??= this.opts.timers.now();
+    this.state = next;
     this.opts.onState?.(this.state);
   }
 
@@ -167,7 +181,13 @@ export class LiveClient {
     if (this.retryTimer !== null) t.clearTimeout(this.retryTimer);
     if (this.staleTimer !== null) t.clearTimeout(this.staleTimer);
     if (this.flushTimer !== null) t.clearTimeout(this.flushTimer);
+    this.clearOpenTimer();
     this.retryTimer = this.staleTimer = this.flushTimer = null;
+  }
+
+  private clearOpenTimer() {
+    if (this.openTimer !== null) this.opts.timers.clearTimeout(this.openTimer);
+    this.openTimer = null;
   }
 
   private connect() {
@@ -182,8 +202,19 @@ export class LiveClient {
       return;
     }
     this.socket = s;
+    // A connection the guardian accepts but never answers would stay "connecting" for ever.
+    const limit = this.opts.openTimeoutMs;
+    this.clearOpenTimer();
+    this.openTimer = this.opts.timers.setTimeout(() => {
+      this.openTimer = null;
+      if (this.socket !== s) return;
+      const why = `no answer from the guardian in ${Math.round(limit / 1000)} s`;
+      this.dropSocket(why);
+      this.scheduleRetry(why);
+    }, limit);
     s.onopen = () => {
       if (this.socket !== s) return;
+      this.clearOpenTimer();
       this.setState({ status: 'open', reason: '' });
       this.armStale();
     };
@@ -203,6 +234,7 @@ export class LiveClient {
     };
     s.onclose = (ev) => {
       if (this.socket !== s) return;
+      this.clearOpenTimer();
       this.socket = null;
       this.flush();
       this.scheduleRetry(ev.reason || (ev.code ? `closed (${ev.code})` : 'connection lost'));
@@ -253,6 +285,7 @@ export class LiveClient {
     const t = this.opts.timers;
     if (this.staleTimer !== null) t.clearTimeout(this.staleTimer);
     this.staleTimer = null;
+    this.clearOpenTimer();
     const attempt = this.state.attempt + 1;
     const delay = backoffDelay(attempt, this.opts.minDelayMs, this.opts.maxDelayMs, this.opts.random);
     this.setState({ status: 'waiting', attempt, retryAt: t.now() + delay, reason });

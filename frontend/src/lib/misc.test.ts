@@ -27,6 +27,10 @@ describe('router', () => {
       page: 'search',
       query: { q: '"exact phrase" pay', decision: 'held', tool: 'send_email', from: '2025-06-01T12:00:00.000Z' },
     }],
+    ['#/access', { page: 'access' }],
+    // A hand-typed % that does not decode is taken literally, not thrown as "URI malformed".
+    ['#/session/50%off', { page: 'session', id: '50%off' }],
+    ['#/rules/100%25%zz', { page: 'rules', id: '100%25%zz' }],
     ['#/nowhere', { page: 'live' }],
   ])('%s', (hash, route) => {
     expect(parseHash(hash)).toEqual(route);

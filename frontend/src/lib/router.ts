@@ -8,6 +8,7 @@ export type Route =
   | { page: 'overview' }
   | { page: 'audit'; sessionId?: string; type?: string; operator?: string }
   | { page: 'compare'; a?: string; b?: string }
+  | { page: 'access' }
   | { page: 'search'; query: SearchParams };
 
 /** The search page's query and filters, as they appear in its URL. */
@@ -25,10 +26,22 @@ export interface SearchParams {
 
 export const SEARCH_KEYS = ['q', 'session', 'agent', 'user', 'tool', 'decision', 'rule', 'from', 'to'] as const;
 
+/**
+ * A path segment as typed: percent-decoded, or as it is when it does not decode (a hand-typed
+ * `#/session/50%off` names the session "50%off" instead of throwing "URI malformed").
+ */
+export function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 export function parseHash(hash: string): Route {
   const h = hash.replace(/^#\/?/, '');
   const [pathPart = '', queryPart = ''] = h.split('?', 2);
-  const parts = pathPart.split('/').filter(Boolean).map(decodeURIComponent);
+  const parts = pathPart.split('/').filter(Boolean).map(decodeSegment);
   const q = new URLSearchParams(queryPart);
   switch (parts[0]) {
     case undefined:
@@ -50,6 +63,8 @@ export function parseHash(hash: string): Route {
       return parts[1] ? { page: 'rules', id: parts[1] } : { page: 'rules' };
     case 'overview':
       return { page: 'overview' };
+    case 'access':
+      return { page: 'access' };
     case 'audit': {
       const r: Route = { page: 'audit' };
       if (q.get('session')) r.sessionId = q.get('session')!;
@@ -89,6 +104,8 @@ export function href(r: Route): string {
       return r.isNew ? '#/rules/new' : r.id ? `#/rules/${e(r.id)}` : '#/rules';
     case 'overview':
       return '#/overview';
+    case 'access':
+      return '#/access';
     case 'audit': {
       const q = new URLSearchParams();
       if (r.sessionId) q.set('session', r.sessionId);

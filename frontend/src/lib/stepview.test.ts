@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { answerOf, changesOf, controlReason, kindOf, partsText, readable, redactionsOf, valueText } from './stepview';
+import { answerOf, changesOf, controlReason, heldOutcome, kindOf, partsText, readable, redactionsOf, valueText } from './stepview';
 
 const ctx = {
   agent: { id: 'a1', name: 'Billing bot' },
@@ -163,5 +163,26 @@ describe('outcome', () => {
       { kind: 'pattern', count: 1 },
     ]);
     expect(redactionsOf(before, before)).toEqual([]);
+  });
+});
+
+describe('how a held step ended', () => {
+  const res = (message: string, reasonCode: string[] = []) => ({ jsonrpc: '2.0', id: 1, result: { decision: 'deny', message, reasonCode } });
+  it('says "after review" only when a person decided', () => {
+    expect(heldOutcome(res('Approved by rita'))).toBe('after review');
+    expect(heldOutcome(res('Denied by rita: no'))).toBe('after review');
+    expect(heldOutcome(undefined, 'modified')).toBe('after review');
+  });
+  it('names what happened when nobody reviewed it', () => {
+    expect(heldOutcome(res('Held for review and timed out: no operator decided within 1s; decision on timeout: deny.'))).toBe('timed out');
+    expect(heldOutcome(res('The guardian is restarting: the step was not reviewed and is denied; send it again shortly.', ['GUARDIAN_RESTARTING']))).toBe('interrupted');
+    expect(heldOutcome(res('The agent disconnected while the step was held.'))).toBe('agent disconnected');
+    expect(heldOutcome(null)).toBe('not reviewed');
+    expect(heldOutcome(res('Approved by rita'), 'timedOut')).toBe('timed out');
+    expect(heldOutcome(undefined, 'abandoned')).toBe('agent disconnected');
+    expect(heldOutcome(undefined, 'interrupted')).toBe('interrupted');
+  });
+  it('claims nothing it cannot know', () => {
+    expect(heldOutcome(undefined)).toBe('held for review');
   });
 });

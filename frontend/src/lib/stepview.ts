@@ -1,6 +1,7 @@
 // Turns a stored AOS request into something an operator can read at a glance: a title, the
 // text, the tool and its inputs, the reasoning. Accepts the spec's variants (see ERRATA).
 
+import { bidiBalanced as bidi } from './bidi';
 import { diffJson } from './diff';
 
 export interface Section {
@@ -114,7 +115,7 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
     case 'trigger': {
       const t = obj(p.trigger);
       const ev = obj(t.event);
-      r.subtitle = [str(t.type), str(ev.type)].filter(Boolean).join(' · ') || undefined;
+      r.subtitle = [str(t.type), str(ev.type)].filter(Boolean).map((x) => bidi(x!)).join(' · ') || undefined;
       const text = partsText(t.content);
       if (text) r.sections.push({ label: 'Trigger', text });
       break;
@@ -122,7 +123,7 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
     case 'message': {
       const m = obj(p.message);
       r.role = str(m.role);
-      r.title = r.role ? `Message from ${r.role}` : 'Message';
+      r.title = r.role ? `Message from ${bidi(r.role)}` : 'Message';
       const text = partsText(m.content);
       if (text) r.sections.push({ label: 'Text', text });
       const cites = arr(p.citations ?? p.citation)
@@ -153,8 +154,8 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
     case 'toolCall': {
       const t = obj(p.toolCallRequest);
       r.tool = str(t.toolId);
-      r.title = r.tool ? `Tool call · ${r.tool}` : 'Tool call';
-      r.subtitle = str(t.executionId) ? `execution ${t.executionId}` : undefined;
+      r.title = r.tool ? `Tool call · ${bidi(r.tool)}` : 'Tool call';
+      r.subtitle = str(t.executionId) ? `execution ${bidi(String(t.executionId))}` : undefined;
       r.inputs = arr(t.inputs).map((i) => {
         const o = obj(i);
         return { name: str(o.name) ?? str(o.id) ?? '?', value: o.value };
@@ -165,7 +166,7 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
       const nested = obj(p.toolCallResult);
       const exec = str(p.executionId) ?? str(nested.executionId);
       const result = obj(p.result ?? nested.result);
-      r.subtitle = exec ? `execution ${exec}` : undefined;
+      r.subtitle = exec ? `execution ${bidi(exec)}` : undefined;
       r.isError = result.isError === true;
       const text = partsText(result.outputs);
       if (text) r.sections.push({ label: r.isError ? 'Error output' : 'Output', text });
@@ -191,8 +192,8 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
       // "MCP tools/call · read_file": the method says what kind of message it is, the tool
       // which one; a response has no method and is named by its id.
       const what = mm ?? (msg.result !== undefined || msg.error !== undefined ? `response${msg.id !== undefined ? ` to #${String(msg.id)}` : ''}` : undefined);
-      r.title = ['MCP' + (what ? ` ${what}` : ''), r.tool].filter(Boolean).join(' · ');
-      r.subtitle = str(msg.id) || typeof msg.id === 'number' ? `id ${String(msg.id)}` : undefined;
+      r.title = ['MCP' + (what ? ` ${bidi(what)}` : ''), r.tool && bidi(r.tool)].filter(Boolean).join(' · ');
+      r.subtitle = str(msg.id) || typeof msg.id === 'number' ? `id ${bidi(String(msg.id))}` : undefined;
       break;
     }
     case 'a2a': {
@@ -206,8 +207,8 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
       const to = peerName(ctx.to);
       r.role = str(m.role);
       r.peers = from || to ? { from, to } : undefined;
-      const who = from || to ? `${from ?? '?'} → ${to ?? '?'}` : undefined;
-      r.title = ['A2A', [a2aMethod, who].filter(Boolean).join(' · ')].filter(Boolean).join(' ');
+      const who = from || to ? `${bidi(from ?? '?')} → ${bidi(to ?? '?')}` : undefined;
+      r.title = ['A2A', [a2aMethod && bidi(a2aMethod), who].filter(Boolean).join(' · ')].filter(Boolean).join(' ');
       r.subtitle = a2aMethod;
       const text = partsText(m.parts);
       if (text) r.sections.push({ label: 'Message', text });
@@ -254,6 +255,38 @@ export function answerOf(response: unknown): Answer {
     modifiedRequest: result.modifiedRequest && typeof result.modifiedRequest === 'object' ? result.modifiedRequest : undefined,
     error: typeof err.code === 'number' ? { code: err.code, message: String(err.message ?? '') } : undefined,
   };
+}
+
+/**
+ * How a held step ended, as its decision chip says it: 'after review' when an operator
+ * decided, else what happened instead ('timed out', 'agent disconnected', 'interrupted').
+ * From the hold's status when known (GET /api/steps/{seq}/hold), otherwise from the answer
+ * the guardian stored (guardian/holds outcomeOf); 'not reviewed' for a step stored without an
+ * answer (its guardian stopped while it waited), and 'held for review' when the step carries
+ * neither (a search hit, a step cut short on the live stream).
+ */
+export function heldOutcome(response: unknown, status?: string): string {
+  switch (status) {
+    case 'approved':
+    case 'denied':
+    case 'modified':
+      return 'after review';
+    case 'timedOut':
+      return 'timed out';
+    case 'abandoned':
+      return 'agent disconnected';
+    case 'interrupted':
+      return 'interrupted';
+  }
+  if (response === null) return 'not reviewed';
+  if (response === undefined) return 'held for review';
+  const a = answerOf(response);
+  if (a.reasonCodes.includes('GUARDIAN_RESTARTING')) return 'interrupted';
+  const m = a.message ?? '';
+  if (m.startsWith('Held for review and timed out')) return 'timed out';
+  if (m.startsWith('The agent disconnected')) return 'agent disconnected';
+  if (/^(Approved|Denied|Modified) by /.test(m)) return 'after review';
+  return 'held for review';
 }
 
 /** Rule ids the guardian uses for an operator's session controls (guardian/holds). */
