@@ -196,4 +196,50 @@ describe('access', { skip: process.env.VIGIL_BIN ? false : 'operator accounts ne
     assert.equal(await page.getByTestId('keys').count(), 0);
     assert.deepEqual(await axeViolations(page), []);
   });
+
+  test('an admin who removes their own account is shown the sign-in page at once', async () => {
+    await page.goto(`${guardian.url}/#/access`);
+    if (await page.getByRole('button', { name: 'Sign out' }).count()) await signOut();
+    await signIn('ada');
+    await page.getByTestId('add-user').click();
+    const add = page.getByRole('dialog', { name: 'Add an account' });
+    await add.getByLabel('Name').fill('ben');
+    await add.getByLabel('Role').selectOption('admin');
+    await add.getByLabel('Password').fill(password);
+    await add.getByRole('button', { name: 'Add account' }).click();
+    await add.waitFor({ state: 'hidden' });
+    await page.getByTestId('user-row').filter({ hasText: 'ada' }).getByRole('button', { name: 'Remove account ada' }).click();
+    const self = page.getByRole('dialog', { name: 'Remove account ada?' });
+    await self.getByRole('button', { name: 'Remove account' }).click();
+    // The guardian ended the session with the account: the console says so without waiting
+    // for another request (it showed ada as a signed-in admin for as long as nothing asked).
+    await page.locator('#signin-password').waitFor({ timeout: 5_000 });
+    assert.equal(await page.getByTestId('keys').count(), 0);
+  });
+});
+
+describe('access in the open console', { skip: process.env.VIGIL_BIN ? false : 'operator accounts need the real guardian (VIGIL_BIN)' }, () => {
+  before(async () => {
+    guardian = await startGuardian({});
+    browser = await startBrowser();
+    page = await browser.context.newPage();
+    page.setDefaultTimeout(15_000);
+  });
+  after(async () => {
+    await browser?.stop();
+    await guardian?.stop();
+  });
+
+  test('adding the first account turns sign-in on, and the console asks for it at once', async () => {
+    await page.goto(`${guardian.url}/#/access`);
+    await page.getByTestId('add-user').click();
+    const add = page.getByRole('dialog', { name: 'Add an account' });
+    await add.getByLabel('Name').fill('root');
+    await add.getByLabel('Role').selectOption('admin');
+    await add.getByLabel('Password').fill(password);
+    await add.getByRole('button', { name: 'Add account' }).click();
+    await page.locator('#signin-password').waitFor({ timeout: 5_000 });
+    await signIn('root');
+    await nav().getByRole('link', { name: 'Access' }).waitFor();
+  });
 });

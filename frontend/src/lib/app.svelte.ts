@@ -132,6 +132,11 @@ class ConsoleState {
           if (this.holdsError) void this.refreshHolds();
           if (this.statsError && !this.stats) void this.refreshStats();
         }
+        // A browser does not tell a websocket refused with 401 from a dropped one: after a
+        // second failed attempt in a row, ask whether the session still stands (an account
+        // removed, or sign-in turned on by a first account), so the console shows sign-in
+        // rather than reconnecting for ever.
+        if (s.status === 'waiting' && s.attempt === 2 && this.started) void this.recheck();
       },
     });
   }
@@ -190,6 +195,28 @@ class ConsoleState {
       this.me = null;
       this.api.csrfToken = '';
       this.auth = 'needed';
+    }
+  }
+
+  /**
+   * Asks the guardian again who is signed in: a 401 ends the session on screen (through
+   * onUnauthenticated, as any other request would), and sign-in turned on in the open
+   * console (a first account added) brings the sign-in page. Network errors change nothing.
+   */
+  async recheck(): Promise<void> {
+    try {
+      const me = await this.api.me();
+      if (me.authRequired && this.auth === 'open') {
+        // Sign-in was turned on by a first account: this browser has no session.
+        this.toast('Sign-in is on now: sign in with an account', 'info');
+        this.live.stop();
+        this.started = false;
+        this.auth = 'needed';
+        return;
+      }
+      this.applyMe(me);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401 && this.auth !== 'needed') this.api.onUnauthenticated?.();
     }
   }
 
