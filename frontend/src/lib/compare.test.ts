@@ -34,4 +34,9 @@ describe('compare rows', () => {
     expect(opText({ op: 'add', path: '/cc', value: ['x'] })).toBe('/cc: added ["x"]');
     expect(opText({ op: 'remove', path: '', old: 1 })).toBe('(whole): removed 1');
   });
+  it('closes a bidi override in one value before the arrow and the other value', () => {
+    // An RLO left open in the old value drew "→ new" after it right to left.
+    expect(opText({ op: 'replace', path: '/note', old: 'ok\u202e', value: 'ok' })).toBe('/note: "ok\u202e"\u202c → "ok"');
+    expect(opText({ op: 'add', path: '/a\u202eb', value: 1 })).toBe('/a\u202eb\u202c: added 1');
+  });
 });

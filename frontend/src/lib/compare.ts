@@ -1,4 +1,5 @@
 // GET /api/compare: two sessions' steps aligned by turn and by (kind, tool).
+import { bidiBalanced } from './bidi';
 import type { Api } from './api';
 import type { Session } from './types';
 
@@ -86,14 +87,16 @@ function short(v: unknown): string {
 
 /** One JSON Patch operation as a line: "/to: "bob@x" → "ann@x"". */
 export function opText(op: PatchOp): string {
-  const path = op.path || '(whole)';
+  // Each piece from the agent is balanced on its own (lib/bidi): an RLO in the old value
+  // must not draw the arrow and the new value after it backwards.
+  const path = bidiBalanced(op.path || '(whole)');
   switch (op.op) {
     case 'add':
-      return `${path}: added ${short(op.value)}`;
+      return `${path}: added ${bidiBalanced(short(op.value))}`;
     case 'remove':
-      return `${path}: removed ${short(op.old)}`;
+      return `${path}: removed ${bidiBalanced(short(op.old))}`;
     case 'replace':
-      return `${path}: ${short(op.old)} → ${short(op.value)}`;
+      return `${path}: ${bidiBalanced(short(op.old))} → ${bidiBalanced(short(op.value))}`;
     default:
       return `${op.op} ${path}`;
   }
