@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vigil-guardian/vigil/internal/linkpath"
 )
 
 // InstallOptions say where and how to install the hook.
@@ -546,30 +548,11 @@ func writeFile(path string, data []byte) error {
 // resolveLink follows the symbolic links at path to the file they name, which may not
 // exist yet (a dangling link is written through too).
 func resolveLink(path string) (string, error) {
-	orig := path
-	// As many links as Linux follows (MAXSYMLINKS): more is a loop.
-	for range 40 {
-		fi, err := os.Lstat(path)
-		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			// Not a link (or not there): the write itself reports what is wrong.
-			return path, nil
-		}
-		target, err := os.Readlink(path)
-		if err != nil {
-			return "", fmt.Errorf("write %s: %w", orig, err)
-		}
-		if !filepath.IsAbs(target) {
-			// Relative to the link's real directory: a lexical join would take "..",
-			// through a linked directory, somewhere else.
-			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
-			if err != nil {
-				return "", fmt.Errorf("write %s: %w", orig, err)
-			}
-			target = filepath.Join(dir, target)
-		}
-		path = target
+	target, err := linkpath.Resolve(path)
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	return "", fmt.Errorf("write %s: too many levels of symbolic links", orig)
+	return target, nil
 }
 
 // QuoteArg quotes a command-line word for the shell the agents run hooks with, when it

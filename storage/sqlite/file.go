@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/vigil-guardian/vigil/internal/linkpath"
 )
 
 // dbFileMode is the mode of the database file and so of its -wal and -shm, which SQLite
@@ -89,35 +90,14 @@ func FindDatabaseFile(db, p string) (string, error) {
 	return "", nil
 }
 
-// maxLinks bounds the symbolic links ResolvePath follows, as the kernel does (ELOOP).
-const maxLinks = 40
-
-// ResolvePath is p made absolute and clean with its symbolic links resolved: those among its
-// directories as far as they exist, and p itself when it is a link, also one whose target
-// does not exist, which is then the file that writing through the link would create.
+// ResolvePath is p made absolute and clean with its symbolic links resolved (see
+// linkpath.Resolve): the one name of the file a write to p lands in.
 func ResolvePath(p string) (string, error) {
-	abs, err := filepath.Abs(p)
+	abs, err := linkpath.Resolve(p)
 	if err != nil {
-		return "", fmt.Errorf("storage: resolve %q: %w", p, err)
+		return "", fmt.Errorf("storage: %w", err)
 	}
-	for range maxLinks {
-		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-			abs = filepath.Join(dir, filepath.Base(abs))
-		}
-		st, err := os.Lstat(abs)
-		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
-			return abs, nil
-		}
-		target, err := os.Readlink(abs)
-		if err != nil {
-			return "", fmt.Errorf("storage: resolve %q: %w", p, err)
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(abs), target)
-		}
-		abs = filepath.Clean(target)
-	}
-	return "", fmt.Errorf("storage: resolve %q: more than %d symbolic links", p, maxLinks)
+	return abs, nil
 }
 
 // tightenModes makes the database file and its companions private to the owner. New files
