@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { aosRequest, axeViolations, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
+import { aosRequest, assertCount, axeViolations, post, shot, startBrowser, startGuardian, toolCall, userMessage } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -756,16 +756,4 @@ function holdTransfer(sessionId, amount) {
   let done = false;
   const promise = post(guardian.url, aosRequest({ session: sessionId, step: 1, agent: { id: 'billing-bot', name: 'Billing bot' }, user: 'ann' }, 'steps/toolCallRequest', toolCall('transfer_funds', { amount, currency: 'EUR', to: 'ACME GmbH' }))).finally(() => (done = true));
   return { promise, settled: () => done };
-}
-
-/** Waits until a locator matches exactly n elements. */
-async function assertCount(locator, n, timeout = 15_000) {
-  const end = Date.now() + timeout;
-  let c = -1;
-  while (Date.now() < end) {
-    c = await locator.count();
-    if (c === n) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.equal(c, n);
 }

@@ -2,6 +2,7 @@
 // VIGIL_BIN, or the mock with VIGIL_MOCK=1), launch Debian's chromium through playwright-core
 // with a fresh profile, and act as an agent with plain fetch POSTs to /aos.
 
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -222,4 +223,19 @@ export async function post(base, req) {
   } catch {
     throw new Error(`/aos answered ${res.status}: ${text}`);
   }
+}
+
+/**
+ * Waits until a locator matches exactly n elements, and fails saying how many it matched.
+ * @param {import('playwright-core').Locator} locator @param {number} n
+ */
+export async function assertCount(locator, n, timeout = 15_000) {
+  const end = Date.now() + timeout;
+  let c = -1;
+  while (Date.now() < end) {
+    c = await locator.count();
+    if (c === n) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(c, n);
 }

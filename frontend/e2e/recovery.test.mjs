@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { aosRequest, apiCall, axeViolations, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
+import { aosRequest, apiCall, assertCount, axeViolations, post, shot, startBrowser, startGuardian, toolCall } from './harness.mjs';
 
 /** @type {Awaited<ReturnType<typeof startGuardian>>} */
 let guardian;
@@ -38,18 +38,6 @@ after(async () => {
 const api = (method, path, body) => apiCall(guardian.url, method, path, body);
 
 const uid = (/** @type {string} */ p) => `${p}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
-
-/** @param {import('playwright-core').Locator} locator @param {number} n */
-async function assertCount(locator, n, timeout = 15_000) {
-  const end = Date.now() + timeout;
-  let c = -1;
-  while (Date.now() < end) {
-    c = await locator.count();
-    if (c === n) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.equal(c, n);
-}
 
 /** Polls fn until it returns true. @param {() => Promise<boolean>} fn @param {string} what */
 async function until(fn, what, timeout = 10_000) {
