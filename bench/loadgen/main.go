@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -439,9 +438,14 @@ func (t traffic) of(pid int) traffic { t.pid = pid; return t }
 func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, error) {
 	// Several targets (replicas): agent a sends to the a-th, round-robin.
 	urls := strings.Split(url, ",")
-	tr := &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2, IdleConnTimeout: time.Minute}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	conns := make([]*agentConn, c)
+	for a := range conns {
+		conn, err := newAgentConn(urls[a%len(urls)])
+		if err != nil {
+			return result{}, err
+		}
+		conns[a] = conn
+	}
 
 	var measuring atomic.Bool
 	var stop atomic.Bool
@@ -455,7 +459,10 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			conn := conns[a]
+			defer conn.close()
 			var session string
+			var body []byte
 			// share: the sessions this agent sends to, round-robin (a, a+c, a+2c, …).
 			share := 1
 			if load.sessions > 0 {
@@ -473,9 +480,9 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 				if load.sessionSteps > 0 {
 					session += fmt.Sprintf("-%d", step/load.sessionSteps)
 				}
-				body := stepBody(session, step)
+				body = stepBody(body[:0], session, step)
 				t0 := time.Now()
-				err := post(client, urls[a%len(urls)], body)
+				err := conn.post(body)
 				d := time.Since(t0)
 				answered.Add(1)
 				if !measuring.Load() {
@@ -608,52 +615,33 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func post(client *http.Client, url string, body []byte) error {
-	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-	}
-	var r struct {
-		Result *struct {
-			Decision string `json:"decision"`
-		} `json:"result"`
-		Error *struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
-	}
-	if r.Error != nil {
-		return fmt.Errorf("JSON-RPC error %d: %s", r.Error.Code, r.Error.Message)
-	}
-	if r.Result == nil || r.Result.Decision == "" {
-		return fmt.Errorf("answer without a decision: %s", b)
-	}
-	return nil
-}
-
-// stepBody is a realistic steps/toolCallRequest (about 1.5 KB) from agent session s.
-func stepBody(session string, i int) []byte {
-	tools := []string{"search_web", "read_file", "send_email", "transfer_funds"}
-	tool := tools[i%len(tools)]
-	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"steps/toolCallRequest","params":{
+// stepBody is a realistic steps/toolCallRequest (about 1.5 KB) from agent session s,
+// appended to b. It is built by appends rather than fmt: the load generator shares the
+// server's cores, and formatting the template took a few microseconds per request.
+func stepBody(b []byte, session string, i int) []byte {
+	tools := [...]string{"search_web", "read_file", "send_email", "transfer_funds"}
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `,"method":"steps/toolCallRequest","params":{
 "context":{"agent":{"id":"agent-billing","name":"Billing assistant","instructions":"You help customers of corp.example with invoices, refunds and account questions. Never disclose other customers' data. Escalate disputes over 1000 EUR to a human.","version":"2.3.1","provider":{"name":"corp.example","url":"https://corp.example"},"model":{"id":"model-large","name":"Large model","provider":{"name":"model-co"}},
 "tools":[{"id":"search_web","name":"search_web","type":"function_call","arguments":[{"name":"query","type":"string","required":true}],"outputs":null},{"id":"send_email","name":"send_email","type":"function_call","arguments":[{"name":"to","type":"string","required":true},{"name":"body","type":"string","required":true}],"outputs":null}]},
-"session":{"id":"%s"},"turnId":"turn-%d","stepId":"step-%d","timestamp":"2026-11-22T08:00:00Z",
+"session":{"id":"`...)
+	b = append(b, session...)
+	b = append(b, `"},"turnId":"turn-`...)
+	b = strconv.AppendInt(b, int64(i/4), 10)
+	b = append(b, `","stepId":"step-`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","timestamp":"2026-11-22T08:00:00Z",
 "user":{"id":"user-42","name":"Dana","email":"dana@corp.example","organization":{"id":"org-1","name":"Corp"}}},
-"toolCallRequest":{"executionId":"exec-%d","toolId":"%s","inputs":[{"name":"query","value":"outstanding invoices for customer 8812 in October"},{"name":"to","value":"dana@corp.example"},{"name":"amount","value":%d}]},
-"reasoning":"The user asked about their open invoices; I will look them up before answering."}}`,
-		i, session, i/4, i, i, tool, (i*37)%2000)
+"toolCallRequest":{"executionId":"exec-`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","toolId":"`...)
+	b = append(b, tools[i%len(tools)]...)
+	b = append(b, `","inputs":[{"name":"query","value":"outstanding invoices for customer 8812 in October"},{"name":"to","value":"dana@corp.example"},{"name":"amount","value":`...)
+	b = strconv.AppendInt(b, int64((i*37)%2000), 10)
+	b = append(b, `}]},
+"reasoning":"The user asked about their open invoices; I will look them up before answering."}}`...)
+	return b
 }
 
 // startOPA starts the bench/opa server (OPA with four Rego rules) and returns its URL.
