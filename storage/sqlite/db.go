@@ -94,6 +94,7 @@ type DB struct {
 	r     *sql.DB // read-only pool
 	ckpt  *sql.DB // one connection for checkpoints
 	stmts writeStmts
+	reads readStmts
 
 	// mu guards closed and the send side of ops: Close takes it exclusively before closing
 	// ops, so no submitter can send on a closed channel.
@@ -291,6 +292,9 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	}
 	if db.r, err = openPool(ctx, abs, roleReader, opts.Readers, opts.BusyTimeout); err != nil {
 		return nil, err
+	}
+	if err := db.reads.prepare(ctx, db.r); err != nil {
+		return nil, fmt.Errorf("storage: %s: %w", abs, err)
 	}
 
 	if err := db.seedMinutes(ctx, time.Now()); err != nil {
@@ -491,6 +495,7 @@ func (db *DB) Close() error {
 		}
 		rcancel()
 		// Readers first: an open read snapshot would keep the checkpoint from truncating.
+		db.reads.close()
 		if err := db.r.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("storage: close readers: %w", err))
 		}
@@ -517,6 +522,7 @@ func (db *DB) Close() error {
 // closeConns closes the prepared statements, every pool that is open and the journal.
 func (db *DB) closeConns() error {
 	db.stmts.close()
+	db.reads.close()
 	var errs []error
 	for i, j := range db.journals {
 		if j != nil {

@@ -83,7 +83,7 @@ func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
 	if err := db.flushSession(ctx, id); err != nil {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
-	row := db.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE s.id = ?`, id)
+	row := db.reads.session.QueryRowContext(ctx, id)
 	s, err := storage.ScanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)

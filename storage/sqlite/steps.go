@@ -200,12 +200,65 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.SessionID, a.ReceivedAt); err != nil {
 		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
 	}
-	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.SessionID, a.turnID, a.stepID,
-		a.Method, a.kind, a.AgentID, a.AgentName, a.UserID, a.tool, a.Decision, a.ReceivedAt,
-		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers); err != nil {
+	if _, err := b.stmt(b.stmts.insertStep).Exec(a.rowArgs(nil, seq)...); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	return nil
+}
+
+// rowArgs appends the step row's values, in sqlInsertStep's order, to args.
+func (a *stepArgs) rowArgs(args []any, seq int64) []any {
+	return append(args, seq, a.SessionID, a.turnID, a.stepID,
+		a.Method, a.kind, a.AgentID, a.AgentName, a.UserID, a.tool, a.Decision, a.ReceivedAt,
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers)
+}
+
+// insertRows writes the events and rows of steps, stepChunk at a time: one statement of
+// many rows costs the driver's and database/sql's per-statement work once, not per step.
+// args is reused between chunks.
+func insertRows(b *batchTx, steps []pendingStep, args []any) ([]any, error) {
+	for len(steps) >= stepChunk {
+		chunk := steps[:stepChunk]
+		args = args[:0]
+		for i := range chunk {
+			p := &chunk[i]
+			args = append(args, p.seq, p.args.SessionID, p.args.ReceivedAt)
+		}
+		if _, err := b.stmt(b.stmts.insertStepEvents).Exec(args...); err != nil {
+			return args, fmt.Errorf("storage: insert step events %d-%d: %w", chunk[0].seq, chunk[stepChunk-1].seq, err)
+		}
+		args = args[:0]
+		for i := range chunk {
+			args = chunk[i].args.rowArgs(args, chunk[i].seq)
+		}
+		if _, err := b.stmt(b.stmts.insertSteps).Exec(args...); err != nil {
+			return args, fmt.Errorf("storage: insert steps %d-%d: %w", chunk[0].seq, chunk[stepChunk-1].seq, err)
+		}
+		steps = steps[stepChunk:]
+	}
+	for i := range steps {
+		if err := steps[i].args.insertRow(b, steps[i].seq); err != nil {
+			return args, err
+		}
+	}
+	return args, nil
+}
+
+// stepChunk is how many steps one multi-row insert writes. 32 rows of 20 values stay far
+// below SQLite's limit of bound values (32766).
+const stepChunk = 32
+
+// sqlInsertStepEvents and sqlInsertSteps are sqlInsertStepEvent and sqlInsertStep for
+// stepChunk rows.
+var (
+	sqlInsertStepEvents = multiRow(`INSERT INTO events (seq, type, session_id, at, payload) VALUES `,
+		`(?, 'step', ?, ?, NULL)`, stepChunk)
+	sqlInsertSteps = multiRow(sqlInsertStep[:strings.Index(sqlInsertStep, "VALUES")+len("VALUES ")],
+		sqlInsertStep[strings.Index(sqlInsertStep, "VALUES")+len("VALUES "):], stepChunk)
+)
+
+func multiRow(head, row string, n int) string {
+	return head + strings.Repeat(row+", ", n-1) + row
 }
 
 // applyDelta writes a transaction's steps of one session into its summary: one upsert per
@@ -330,8 +383,7 @@ func (db *DB) RecentSteps(ctx context.Context, sessionID string, limit int) ([]r
 	if err := db.flushSession(ctx, sessionID); err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT `+historyColumns+` FROM steps
-		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, limit)
+	rows, err := db.reads.recentSteps.QueryContext(ctx, sessionID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("storage: recent steps of session %q: %w", sessionID, err)
 	}
