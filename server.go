@@ -71,8 +71,10 @@ func liveIdentity(r *http.Request) string {
 	return "addr:" + host
 }
 
-// guardianHistory is how many earlier steps of a session rules see, live and in backtests.
-const guardianHistory = 200
+// guardianHistory is how many earlier steps of a session rules see, live, in backtests and
+// in edit checks: the window `vigil rules test` and rules.Compile use, so a rule file's
+// tests pass or fail as the live guardian decides.
+const guardianHistory = rules.DefaultMaxHistory
 
 // startServer opens the database, loads rules, and starts serving on cfg.Addr. The URL it
 // reports carries the real port when cfg.Addr asks for port 0.

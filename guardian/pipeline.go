@@ -214,6 +214,16 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, k
 		v.Message = "The step could not be queued for review; denied."
 		return v, "", 0
 	}
+	if out.RuleID != "" && out.RuleID != v.RuleID {
+		// A remembered approval decided instead of the rule that held: it becomes the
+		// deciding rule, so its code leads the answer's codes and the reasoning says so,
+		// keeping what the rules alone decided after it.
+		v.ReasonCodes = leadWith(v.ReasonCodes, reasonCodeOf(v.Matches, out.RuleID))
+		if out.Reasoning == "" {
+			v.Reasoning = "rule " + out.RuleID + " decided " + out.Decision +
+				" in place of a hold (a remembered approval); the rules: " + v.Reasoning
+		}
+	}
 	if out.ReasonCode != "" {
 		// First: the reason for this answer, ahead of the codes of the rules that held it.
 		v.ReasonCodes = append([]string{out.ReasonCode}, v.ReasonCodes...)
@@ -230,6 +240,33 @@ func (g *Guardian) resolveHold(ctx context.Context, step *aos.Step, sessionID, k
 	}
 	v.ModifiedParams = out.Params
 	return v, out.HoldID, out.StoredSeq
+}
+
+// reasonCodeOf is the reason code of rule ruleID's match among matches; "" when it did not
+// match or has none.
+func reasonCodeOf(matches []record.RuleMatch, ruleID string) string {
+	for _, m := range matches {
+		if m.RuleID == ruleID {
+			return m.ReasonCode
+		}
+	}
+	return ""
+}
+
+// leadWith returns codes with code first (moved there when present, added when not); codes
+// unchanged when code is "". The verdict's slice is the engine's: a new one is built.
+func leadWith(codes []string, code string) []string {
+	if code == "" {
+		return codes
+	}
+	out := make([]string, 0, len(codes)+1)
+	out = append(out, code)
+	for _, c := range codes {
+		if c != code {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (g *Guardian) record(step *aos.Step, sessionID string, v Verdict, at time.Time, held bool) record.StepRecord {

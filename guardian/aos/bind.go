@@ -135,13 +135,37 @@ var timestampLayouts = [...]string{
 	"2006-01-02",
 }
 
+// parseTimestamp reads s in one of timestampLayouts. RFC 3339 §5.6 also allows "t" and
+// "z" in lower case, which time.Parse does not: such a timestamp is read again with them
+// in upper case, only after the layouts failed, so the usual form costs nothing more.
 func parseTimestamp(s string) (time.Time, bool) {
+	if t, ok := parseLayouts(s); ok {
+		return t, true
+	}
+	if strings.ContainsAny(s, "tz") {
+		return parseLayouts(strings.Map(upperTZ, s))
+	}
+	return time.Time{}, false
+}
+
+func parseLayouts(s string) (time.Time, bool) {
 	for _, l := range timestampLayouts {
 		if t, err := time.Parse(l, s); err == nil {
 			return t, true
 		}
 	}
 	return time.Time{}, false
+}
+
+// upperTZ maps the RFC 3339 separators "t" and "z" to upper case, leaving any other rune.
+func upperTZ(r rune) rune {
+	switch r {
+	case 't':
+		return 'T'
+	case 'z':
+		return 'Z'
+	}
+	return r
 }
 
 // ---- §3 objects ----
@@ -508,6 +532,12 @@ func (d *decoder) session(s *Session) {
 		switch string(k) {
 		case "id":
 			s.ID = d.id()
+			if s.ID == "" && d.err == nil {
+				// AOS §3.9: the session's unique identifier. Read as absent, "" would file
+				// the step under the X-Vigil-Session header or "<kind>@<address>" instead,
+				// a session per step kind that the agent never named.
+				d.invalid(sessionEmpty)
+			}
 			has |= 1
 		case "metadata":
 			s.Metadata = d.object()

@@ -170,10 +170,13 @@ func CheckID(s string) string {
 	return ""
 }
 
-// CheckSessionID is CheckID for a session id, which also may not be "." or ".." (see
-// ParseStep).
+// CheckSessionID is CheckID for a session id, which also may not be empty, "." or ".."
+// (see ParseStep).
 func CheckSessionID(s string) string {
-	if s == "." || s == ".." {
+	switch s {
+	case "":
+		return sessionEmpty
+	case ".", "..":
 		return sessionDots
 	}
 	return CheckID(s)

@@ -332,6 +332,9 @@ func ParseStep(msg json.RawMessage) (*Step, *Error) {
 // sessionDots is why a session id "." or ".." is refused.
 const sessionDots = `must not be "." or "..": no URL can name such a session`
 
+// sessionEmpty is why an empty context.session.id is refused.
+const sessionEmpty = "must not be empty: it names the step's session"
+
 func firstNonSpace(b []byte) int {
 	for i, c := range b {
 		switch c {

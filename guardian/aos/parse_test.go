@@ -224,6 +224,7 @@ func TestParseStepInvalidParams(t *testing.T) {
 		{"message", "params.context.session", deleted, "params.context.session", "required"},
 		{"message", "params.context.session.id", deleted, "params.context.session.id", "required"},
 		{"message", "params.context.session.id", nil, "params.context.session.id", "must be a string, not null"},
+		{"message", "params.context.session.id", "", "params.context.session.id", "must not be empty"},
 		{"message", "params.context.turnId", deleted, "params.context.turnId", "required"},
 		{"message", "params.context.stepId", 7, "params.context.stepId", "must be a string"},
 		{"message", "params.context.timestamp", deleted, "params.context.timestamp", "required"},
@@ -371,7 +372,6 @@ func TestParseStepValidVariants(t *testing.T) {
 		{"message", "params.context.timestamp", "2025-06-03T11:00:01+0200", nil},
 		{"message", "params.context.timestamp", "2025-06-03 09:00:01Z", nil},
 		{"message", "params.context.timestamp", "2025-06-03", nil},
-		{"message", "params.context.session.id", "", func(t *testing.T, s *Step) { require.Empty(t, s.Context.Session.ID) }},
 		{"message", "params.message.content[0].kind", deleted, func(t *testing.T, s *Step) { require.IsType(t, TextPart{}, s.Message.Message.Content[0]) }},
 		{"message", "params.message.content[1].kind", deleted, func(t *testing.T, s *Step) { require.IsType(t, FilePart{}, s.Message.Message.Content[1]) }},
 		{"message", "params.message.content[1]", map[string]any{"kind": "file", "file": map[string]any{"bytes": "aGVsbG8=", "name": nil}}, func(t *testing.T, s *Step) {

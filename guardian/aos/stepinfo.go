@@ -103,7 +103,8 @@ func renderValue(v any) string {
 
 // SessionHint names the session the step belongs to, as far as the request says:
 // context.session.id, else the A2A contextId, else the MCP params._meta.sessionId (of the
-// MCP message, its result, or the AOS params), else "".
+// MCP message, its result, or the AOS params), else "". ParseStep refuses an empty
+// context.session.id, so a step with a context always names its session here.
 func (s *Step) SessionHint() string {
 	if s.Context != nil && s.Context.Session.ID != "" {
 		return s.Context.Session.ID
