@@ -54,6 +54,10 @@ func (d *aapDecider) DecideStep(ctx context.Context, step *aos.Step, meta guardi
 	return d.g.DecideStep(ctx, step, meta)
 }
 
+func (d *aapDecider) SessionRefusal(ctx context.Context, sessionID, keyID, keyAgent string) string {
+	return d.g.SessionRefusal(ctx, sessionID, keyID, keyAgent)
+}
+
 // aapMounts builds one AAP gateway per --aap NAME=URL, each behind the agent key check.
 func aapMounts(cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, log *slog.Logger) ([]func(*http.ServeMux), error) {
 	var mounts []func(*http.ServeMux)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -83,4 +85,90 @@ func TestServeAAPGateway(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"Bearer upstream-token|", "|"}, seenAuth, "Vigil's key never reaches the upstream")
+}
+
+// aapKey creates an agent key in the database at db and returns its secret.
+func aapKey(t *testing.T, db, name string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runKeys([]string{"create", "--name", name, "--db", db}, &stdout, &stderr), stderr.String())
+	secret := regexp.MustCompile(`vgl_[A-Za-z0-9_-]+`).FindString(stdout.String())
+	require.NotEmpty(t, secret, stdout.String())
+	return secret
+}
+
+// aapRequest sends one request to the AAP gateway with an agent key.
+func aapRequest(t *testing.T, method, url, key, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	req.Header.Set("X-Vigil-Key", key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// In team mode an AAP session belongs to the key that opened it, from the moment it is
+// opened and without seed messages: another key can neither take a turn on it, read it, read
+// its history nor delete it (403), before or after a restart of Vigil.
+func TestAAPSessionBelongsToCreatingKey(t *testing.T) {
+	up := httptest.NewServer(aaptest.New())
+	defer up.Close()
+	db := filepath.Join(t.TempDir(), "vigil.db")
+	k1, k2 := aapKey(t, db, "k1"), aapKey(t, db, "k2")
+	start := func() *server {
+		cfg := testConfig(t, db)
+		require.NoError(t, cfg.AAP.Set("demo="+up.URL))
+		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		return srv
+	}
+	srv := start()
+	open := func(key string) string {
+		t.Helper()
+		status, body := aapRequest(t, "POST", srv.URL+"/aap/demo/sessions", key, `{"agent":{"name":"guarded-agent"}}`)
+		require.Equal(t, http.StatusCreated, status, body)
+		var created struct{ SessionID string }
+		require.NoError(t, json.Unmarshal([]byte(body), &created))
+		return created.SessionID
+	}
+	turn := `{"messages":[{"role":"user","content":"hello"}]}`
+	refused := func(id string) {
+		t.Helper()
+		base := srv.URL + "/aap/demo/sessions/" + id
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/turns", turn}, {"GET", "", ""}, {"GET", "/history", ""}, {"DELETE", "", ""},
+		} {
+			status, body := aapRequest(t, c.method, base+c.path, k2, c.body)
+			require.Equal(t, http.StatusForbidden, status, "%s %s: %s", c.method, c.path, body)
+			require.JSONEq(t, `{"error":"the session belongs to another API key"}`, body)
+		}
+	}
+	first, second := open(k1), open(k1)
+	refused(first)
+	status, body := aapRequest(t, "POST", srv.URL+"/aap/demo/sessions/"+first+"/turns", k1, turn)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "Hi there.")
+
+	// After a restart Vigil has forgotten everything but its database: a session nobody
+	// took a turn on is still its opener's.
+	require.NoError(t, srv.Shutdown(5*time.Second))
+	srv = start()
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+	refused(second)
+	refused(first)
+	status, body = aapRequest(t, "POST", srv.URL+"/aap/demo/sessions/"+second+"/turns", k1, turn)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = aapRequest(t, "DELETE", srv.URL+"/aap/demo/sessions/"+second, k1, "")
+	require.Equal(t, http.StatusNoContent, status, body)
 }

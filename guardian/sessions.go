@@ -215,6 +215,17 @@ func (s *sessionState) mayJoin(agentID, keyID, keyAgent string) string {
 	return s.refusal(agentID, keyID, keyAgent)
 }
 
+// SessionRefusal is why a request made with API key keyID (scoped to agent keyAgent; both
+// "" without a key) may not touch the session, "" when it may: what admit would refuse a
+// step of it for, without adding a step or claiming the session. A gateway asks it before
+// serving a request of a session that is no step (reading or deleting it), or before
+// forwarding anything of a turn.
+func (g *Guardian) SessionRefusal(ctx context.Context, sessionID, keyID, keyAgent string) string {
+	s := g.sessions.get(ctx, sessionID)
+	defer g.sessions.release(s)
+	return s.mayJoin("", keyID, keyAgent)
+}
+
 // refusal is why a step may not join the session. s.mu is held.
 func (s *sessionState) refusal(agentID, keyID, keyAgent string) string {
 	if s.ownerKey != "" && keyID != s.ownerKey {

@@ -93,6 +93,10 @@ func (f deciderFunc) DecideStep(ctx context.Context, s *aos.Step, meta guardian.
 	return f(ctx).DecideStep(ctx, s, meta)
 }
 
+func (f deciderFunc) SessionRefusal(ctx context.Context, sessionID, keyID, keyAgent string) string {
+	return f(ctx).SessionRefusal(ctx, sessionID, keyID, keyAgent)
+}
+
 var e2eRules = []rules.Rule{
 	{ID: "no-destruction", When: `kind == "message" && role == "user" && text contains "rm -rf"`, Action: rules.ActionDeny,
 		Message: "Destructive requests are not allowed.", Enabled: true},

@@ -330,11 +330,17 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, path string) {
 }
 
 func (g *Gateway) handleHistory(w http.ResponseWriter, r *http.Request) {
+	if g.foreign(w, r, r.PathValue("id")) {
+		return
+	}
 	g.proxy(w, r, "/sessions/"+url.PathEscape(r.PathValue("id"))+"/history")
 }
 
 func (g *Gateway) handleDelete(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if g.foreign(w, r, id) {
+		return
+	}
 	resp, err := g.upstreamRequest(r.Context(), r, http.MethodDelete, "/sessions/"+url.PathEscape(id), "", nil)
 	if err != nil {
 		g.unreachable(w, err)

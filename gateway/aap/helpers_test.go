@@ -51,6 +51,9 @@ func (f *fakeDecider) DecideStep(ctx context.Context, s *aos.Step, meta guardian
 	return v, record.StepRecord{}, err
 }
 
+// SessionRefusal: the unit tests' sessions have no owners.
+func (f *fakeDecider) SessionRefusal(context.Context, string, string, string) string { return "" }
+
 func (f *fakeDecider) decided() []decided {
 	f.mu.Lock()
 	defer f.mu.Unlock()

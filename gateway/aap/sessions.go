@@ -36,6 +36,10 @@ type session struct {
 	// go up with the client's next turn (which carries the results of the client tools
 	// that were let through).
 	pending []json.RawMessage
+	// answered are the tool calls whose answers Vigil sent the upstream in the session's
+	// last turn (pending's go up with the next): the client's own permissions for them are
+	// dropped on the next turn, as the upstream has Vigil's.
+	answered map[string]bool
 	// retrust is set for a session the upstream holds with trusted tools (created past the
 	// gateway): its next turn tells the upstream they need permission.
 	retrust bool
@@ -249,21 +253,41 @@ func (g *Gateway) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 	st := &stepper{sessionID: s.vigilID, upstream: g.opts.Name, agent: g.aosAgent(ai, s.options), turnID: "seed"}
 	meta := g.requestMeta(r)
+	// refuse deletes the new session upstream and answers why it was refused.
+	refuse := func(err error, what string, v verdict) {
+		g.deleteUpstream(r, s.id)
+		var owner *aos.Error
+		switch {
+		case errors.As(err, &owner):
+			writeError(w, http.StatusForbidden, owner.Message)
+		case err != nil:
+			g.log.Error("decide "+what, "session", s.vigilID, "err", err)
+			writeError(w, http.StatusInternalServerError, "Vigil could not decide the session's "+what)
+		default:
+			writeError(w, http.StatusForbidden, verdictMessage(v))
+		}
+	}
+	if len(seeds) == 0 && (meta.KeyID != "" || meta.KeyAgent != "") {
+		// A seed's step records the key that opened the session; without one, the first
+		// turn's would, whoever's key sent it. The opening is a step of its own then.
+		var v verdict
+		step, err := st.openStep(g.opts.Now().UTC().Format(time.RFC3339Nano), s.id)
+		if err == nil {
+			v, _, err = g.opts.Decider.DecideStep(r.Context(), step, meta)
+		}
+		if err != nil || v.Decision != allow {
+			if err == nil && v.Decision == modify {
+				v.Message = "Vigil would change the session's opening, which it cannot do. " + v.Message
+			}
+			refuse(err, "opening", v)
+			return
+		}
+	}
 	for i, m := range seeds {
 		v, refused, err := g.decideSeed(r.Context(), st, meta, m, i)
 		if err != nil || refused {
-			g.deleteUpstream(r, s.id)
-			var owner *aos.Error
-			if errors.As(err, &owner) {
-				writeError(w, http.StatusForbidden, owner.Message)
-				return
-			}
-			if err != nil {
-				g.log.Error("decide seed message", "session", s.vigilID, "err", err)
-				writeError(w, http.StatusInternalServerError, "Vigil could not decide the session's seed messages")
-				return
-			}
-			writeError(w, http.StatusForbidden, fmt.Sprintf("messages[%d]: %s", i, verdictMessage(v)))
+			v.Message = fmt.Sprintf("messages[%d]: %s", i, verdictMessage(v))
+			refuse(err, "seed messages", v)
 			return
 		}
 	}
@@ -329,6 +353,9 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if g.foreign(w, r, id) {
+		return
+	}
 	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions/"+url.PathEscape(id), r.URL.RawQuery, nil)
 	if err != nil {
 		g.unreachable(w, err)
@@ -402,6 +429,21 @@ func (g *Gateway) restoreTrustList(b []byte) []byte {
 	}
 	o.set("sessions", mustJSON(out))
 	return o.bytes()
+}
+
+// foreign answers 403 and reports true when the session belongs to another API key (or
+// agent) than the request's. Reading or deleting a session adds no step the guardian could
+// refuse, and a turn of tool permissions alone forwards before it decides any: each is
+// checked here first, against the owner the guardian keeps in its store.
+func (g *Gateway) foreign(w http.ResponseWriter, r *http.Request, id string) bool {
+	meta := g.requestMeta(r)
+	why := g.opts.Decider.SessionRefusal(r.Context(), g.vigilSession(id), meta.KeyID, meta.KeyAgent)
+	if why == "" {
+		return false
+	}
+	g.log.Warn("aap request refused", "session", g.vigilSession(id), "method", r.Method, "reason", why)
+	writeError(w, http.StatusForbidden, why)
+	return true
 }
 
 // lookup returns the session of a turn: known, or read from the upstream (after a restart,

@@ -17,6 +17,10 @@ import (
 // (*guardian.Guardian).DecideStep.
 type Decider interface {
 	DecideStep(ctx context.Context, step *aos.Step, meta guardian.RequestMeta) (guardian.Verdict, record.StepRecord, error)
+	// SessionRefusal is why a request with API key keyID (scoped to agent keyAgent) may
+	// not touch a session another key or agent owns, "" when it may; it adds no step and
+	// claims nothing. It is (*guardian.Guardian).SessionRefusal.
+	SessionRefusal(ctx context.Context, sessionID, keyID, keyAgent string) string
 }
 
 // Decisions as the pipeline spells them.
@@ -81,6 +85,21 @@ func (s *stepper) messageStep(now, role, msgID string, texts []string) (*aos.Ste
 		Message: aos.Message{ID: msgID, Role: role, Content: textParts(texts)},
 	})
 }
+
+// openStep is the steps/agentTrigger of a session opened without seed messages by a
+// client with an agent key: stored, it makes the key the session's owner (as the first
+// seed message's step would), in the guardian's store and not only in a cache, so no other
+// key can take the session by sending its first turn, even after a restart.
+func (s *stepper) openStep(now, sessionID string) (*aos.Step, error) {
+	return buildStep(aos.MethodAgentTrigger, aos.AgentTriggerParams{
+		Context: s.context(now),
+		Trigger: aos.AgentTrigger{Type: aos.TriggerAutonomous, Event: aos.AgentTriggerEvent{Type: openEvent, ID: sessionID},
+			Content: textParts(nil)},
+	})
+}
+
+// openEvent is the trigger event of an opened session.
+const openEvent = "aap.session.open"
 
 // toolCallStep is steps/toolCallRequest for a tool call; the input's members are its inputs,
 // in name order.

@@ -178,6 +178,9 @@ func (g *Gateway) handleTurn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if g.foreign(w, r, id) {
+		return
+	}
 	s, err := g.lookup(w, r, id)
 	if err != nil {
 		g.unreachable(w, err)
@@ -359,13 +362,15 @@ func (t *turn) run(tr *turnRequest) {
 	s := t.s
 	out := make([]json.RawMessage, 0, len(s.pending)+len(tr.msgs))
 	out = append(out, s.pending...)
-	answered := map[string]bool{}
+	// Vigil answers every server tool's permission itself (the upstream is told that no tool
+	// is trusted), so a client's own permission never decides: one for a call Vigil
+	// answered is dropped, and any other goes up as a refusal (unjudgedPermission).
+	answered := make(map[string]bool, len(s.answered)+len(s.pending))
+	for id := range s.answered {
+		answered[id] = true
+	}
 	for _, p := range s.pending {
-		var m struct {
-			ToolCallID string `json:"toolCallId"`
-		}
-		_ = json.Unmarshal(p, &m)
-		answered[m.ToolCallID] = true
+		answered[callID(p)] = true
 	}
 	for i, m := range tr.msgs {
 		switch m.role {
@@ -409,6 +414,7 @@ func (t *turn) run(tr *turnRequest) {
 				// Vigil answered it already, from the verdict.
 				continue
 			}
+			m = t.unjudgedPermission(m)
 		}
 		out = append(out, m.obj.bytes())
 	}
@@ -433,6 +439,31 @@ func (t *turn) run(tr *turnRequest) {
 	}
 	body := first.bytes()
 	path := "/sessions/" + url.PathEscape(s.id) + "/turns"
+	var (
+		// taken: the upstream took the turn's first request, with what was pending.
+		taken bool
+		// sent are the calls Vigil answered in the turn's continuations (the upstream may
+		// have them even when a continuation failed), owed a round's answers the upstream
+		// waits for and never got: together, what the next turn knows as answered.
+		sent []string
+		owed *round
+	)
+	defer func() {
+		if !taken {
+			return // the upstream took nothing: what was pending still is
+		}
+		s.pending = nil
+		s.answered = make(map[string]bool, len(sent))
+		for _, id := range sent {
+			s.answered[id] = true
+		}
+		if owed != nil {
+			s.pending = owed.owed
+			for _, id := range owed.owedIDs {
+				s.answered[id] = true
+			}
+		}
+	}()
 	for n := 0; n < t.g.opts.MaxRounds; n++ {
 		resp, err := t.g.upstreamRequest(t.r.Context(), t.r, http.MethodPost, path, "", body)
 		if err != nil {
@@ -459,7 +490,7 @@ func (t *turn) run(tr *turnRequest) {
 		}
 		if n == 0 {
 			// The upstream took what the gateway owed it.
-			s.pending, s.retrust = nil, false
+			taken, s.retrust = true, false
 		}
 		rd := round{limit: t.g.opts.MaxUpstreamBytes}
 		if t.mode == modeNone {
@@ -469,6 +500,10 @@ func (t *turn) run(tr *turnRequest) {
 		}
 		if err != nil {
 			if t.r.Context().Err() != nil {
+				// The client went away (abandoning a hold, say) before the round's answers
+				// could go up. The upstream waits for them: they go up first on the
+				// client's next turn, so a call a hold denied stays denied.
+				owed = &rd
 				return
 			}
 			var fe *failError
@@ -482,6 +517,12 @@ func (t *turn) run(tr *turnRequest) {
 		}
 		if rd.stop == "tool_use" && len(rd.owed) > 0 {
 			if rd.clientCalls == 0 {
+				if t.r.Context().Err() != nil {
+					// The client went away while the round was decided: its answers wait
+					// for the client's next turn, as above.
+					owed = &rd
+					return
+				}
 				// Only Vigil had to answer: the turn goes on, and the client sees one turn.
 				cont := &object{vals: map[string]json.RawMessage{}}
 				if tr.obj.has("stream") {
@@ -489,15 +530,51 @@ func (t *turn) run(tr *turnRequest) {
 				}
 				cont.set("messages", mustJSON(rd.owed))
 				body = cont.bytes()
+				sent = append(sent, rd.owedIDs...)
 				continue
 			}
-			s.pending = rd.owed
+			owed = &rd
 		}
 		t.finish(rd.stop)
 		return
 	}
 	t.g.log.Warn("turn stopped: too many tool rounds answered by the gateway", "session", s.vigilID, "max", t.g.opts.MaxRounds)
 	t.finish("error")
+}
+
+// unjudgedReason is the refusal a client's permission becomes when Vigil has no answer of
+// its own for the call.
+const unjudgedReason = "Vigil has not allowed this tool call: a server tool runs only with Vigil's permission, " +
+	"and Vigil has no verdict of its own for this call (its turn was cut short, or Vigil no longer knows the session). " +
+	"Ask for the call again to have it decided."
+
+// unjudgedPermission is what goes up for a client's tool_permission for a call Vigil has
+// no answer for: the turn that made the call ended before Vigil could decide it, or Vigil
+// no longer knows the session (evicted from its cache, or restarted). Only Vigil's
+// permission may run a server tool, so a grant goes up as a refusal (the agent sees "Tool
+// use denied: …" and may ask again, which is decided); a refusal goes up as it is. The
+// permission still goes up rather than failing the turn: the upstream waits for an answer.
+func (t *turn) unjudgedPermission(m message) message {
+	var granted bool
+	if json.Unmarshal(m.obj.raw("granted"), &granted) != nil || !granted {
+		return m
+	}
+	t.g.log.Warn("a client's grant of a tool call Vigil has no verdict for goes up as a refusal",
+		"session", t.s.vigilID, "toolCallId", m.toolCallID)
+	o := cloneObject(m.obj)
+	o.set("granted", json.RawMessage("false"))
+	o.setString("reason", unjudgedReason)
+	m.obj = o
+	return m
+}
+
+// callID is the toolCallId of an answer the gateway owes the upstream.
+func callID(answer json.RawMessage) string {
+	var m struct {
+		ToolCallID string `json:"toolCallId"`
+	}
+	_ = json.Unmarshal(answer, &m)
+	return m.ToolCallID
 }
 
 func truncate(b []byte, n int) string {

@@ -223,7 +223,10 @@ func (gw *Gateway) handleProcess(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("request too large: the body exceeds %d bytes", gw.cfg.MaxBodyBytes), "", received))
 			return
 		}
+		// A body that breaks off or is malformed on the wire (bad chunked encoding) is a
+		// malformed request; a client that went away does not read the answer anyway.
 		gw.log.Debug("read body", "err", err)
+		writeJSON(w, http.StatusBadRequest, errorBody(codeInvalidRequest, "invalid request: body: could not be read", "", received))
 		return
 	}
 	req, err := parseRequest(body)

@@ -104,6 +104,17 @@ func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request,
 	if reason := aos.CheckID(req.userID); reason != "" {
 		return nil, &fieldError{"user_id", reason}
 	}
+	if gw.cfg.Approvals == ApprovalsVigil {
+		// Vigil answers every approval request itself and the client never sees one, so a
+		// client's own answer can only be one Vigil did not decide (a request its hold
+		// abandoned, or one the client guessed): it is refused rather than sent up unjudged.
+		for i := range req.items {
+			if req.items[i].Type == typeMCPApprovalResponse {
+				return nil, &fieldError{fmt.Sprintf("input[%d]", i), "an mcp_approval_response is Vigil's to send: with --agentapi-approvals vigil, " +
+					"Vigil answers the upstream's approval requests itself (rules and holds decide), so a client does not answer them"}
+			}
+		}
+	}
 	return t, nil
 }
 
