@@ -134,3 +134,39 @@ func BenchmarkCompile100Rules(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTextHelpersVM runs text helper calls on string arguments in the VM, as it runs
+// the conditions no guard takes over: the call itself, not the scan, is what it measures
+// (the texts are short, and the memo is cleared as for a new step).
+func BenchmarkTextHelpersVM(b *testing.B) {
+	var rules []Rule
+	for i, when := range []string{
+		`icontains(text, "confidential")`,
+		`containsAny(inputs.body, ["ignore previous", "system prompt"])`,
+		`glob("**/*.pem", inputs.subject)`,
+		`regexMatch(inputs.to, "@evil\\.example$")`,
+		`inputs.subject matches "(?i)^re: "`,
+		`domain(inputs.to) == "partner.example"`,
+		`len(regexFind(inputs.subject, "Q[1-4]")) > 0`,
+		`len(pii(inputs.to)) > 0`,
+		`len(urls(inputs.subject)) > 0`,
+	} {
+		rules = append(rules, Rule{ID: fmt.Sprint("r", i), When: when, Action: ActionDeny, Enabled: true})
+	}
+	p, err := Compile(rules, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &evalState{memo: map[memoKey]memoEntry{}}
+	e := *benchEnv()
+	e.state = st
+	b.ReportAllocs()
+	cpuPerOp(b, func() {
+		for _, r := range p.rules {
+			if _, err := st.vm.Run(r.when, &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		clear(st.memo)
+	})
+}

@@ -22,7 +22,7 @@ func TestCompileErrorPositions(t *testing.T) {
 		{"second line", "tool == \"x\" &&\n  text > 3", 2, 8, "mismatched types"},
 		{"syntax", `tool == `, 1, 8, "unexpected token EOF"},
 		{"not a bool", `tool`, 0, 0, "expected bool"},
-		{"helper argument type", `pii(1)`, 1, 5, "cannot use int"},
+		{"helper argument type", `regexMatch(text, 1)`, 1, 18, "cannot use int"}, // a pattern is a string; the text may be any value
 		{"helper arity", `countTool(session)`, 1, 1, "not enough arguments"},
 		{"bad constant regexp operator", `text matches "(" `, 1, 6, "missing closing )"},
 		{"bad constant regexp helper", `regexMatch(text, "a[")`, 1, 18, "missing closing ]"},

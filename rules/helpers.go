@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,11 +17,14 @@ import (
 
 // envHelpers receive the evaluation's *Env as a hidden first argument (inserted by
 // envPatcher), which is how pii(text) is computed once per step however many rules call it.
+// The text helpers all take it, so that the text they read in a map or a list is built once
+// per evaluation and charged to its budget (textArg).
 var envHelpers = map[string]bool{
 	"pii": true, "piiKinds": true, "emails": true, "secrets": true, "secretKinds": true,
 	"urls": true, "sessionText": true, "countTool": true, "countMethod": true,
 	"countKind": true, "countDecision": true, "countToolWithin": true, "sessionHas": true,
 	"toolStreak": true, "regexMatch": true, "regexFind": true, "domain": true,
+	"glob": true, "icontains": true, "containsAny": true,
 }
 
 // envPatcher inserts `$env` as the first argument of calls to envHelpers and routes the
@@ -235,6 +239,8 @@ type evalState struct {
 	mask        []uint64
 	// litOK is the literal screening's buffer; it outlives reset too.
 	litOK []uint64
+	// texts are the maps and lists the text helpers read, with their text (textArg).
+	texts []textEntry
 }
 
 // hasEntry is a sessionHas answer. The question is kept as its two strings: joined with a
@@ -294,6 +300,8 @@ func (st *evalState) reset() {
 	st.folded = folded{}
 	st.budget = budget{}
 	st.filled = 0
+	clear(st.texts) // they are a step's values: a pooled state must not keep them alive
+	st.texts = st.texts[:0]
 }
 
 // envOf returns the evaluation's Env passed as a helper's hidden first argument.
@@ -321,6 +329,95 @@ func memo[T memoResult](e *Env, name, s string, fn func(string) T) T {
 	*slotOf[T](&m) = v
 	st.memo[k] = m
 	return v
+}
+
+// maxTexts bounds the converted values an evaluation keeps. Past it a value is converted on
+// every call: a predicate over a long list meets each element once anyway.
+const maxTexts = 8
+
+// textEntry is a map or a list a text helper read, and its text.
+type textEntry struct {
+	// v keeps the value alive, so that no other value takes its address during the
+	// evaluation.
+	v any
+	// p is the map, or the list's first element; n is the list's length (-1 for a map).
+	p    unsafe.Pointer
+	n    int
+	text string
+}
+
+// textOf is the text a text helper reads in v: a string as it is, nil (also a nil map, list
+// or pointer, such as the inputs of a step that has none) as "", anything else as toText
+// writes it: numbers and booleans as written, maps and lists as their JSON. The guards read
+// inputs with it; the helpers with textArg, which gives the same text.
+func textOf(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	if isNil(v) {
+		return ""
+	}
+	return toText(v)
+}
+
+// isNil reports whether v is nil, or a nil map, list, pointer or function.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Map, reflect.Slice, reflect.Pointer, reflect.Func, reflect.Chan:
+		return r.IsNil()
+	}
+	return false
+}
+
+// textArg is textOf(v) for a helper evaluating in e. Building JSON is charged to the budget
+// as toJSON is, before it is built. A map or a list is converted once per evaluation:
+// pii(inputs) in ten rules encodes the inputs once, and its text, having one address, is
+// scanned once (memo keys on the address).
+func textArg(e *Env, v any) (string, error) {
+	var p unsafe.Pointer
+	n := -1
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case nil:
+		return "", nil
+	case bool, int, int64, float64:
+		return toText(v), nil // a few bytes, written without JSON
+	case map[string]any:
+		if x == nil {
+			return "", nil
+		}
+		p = reflect.ValueOf(x).UnsafePointer()
+	case []any:
+		if x == nil {
+			return "", nil
+		}
+		p, n = unsafe.Pointer(unsafe.SliceData(x)), len(x)
+	default:
+		if isNil(v) {
+			return "", nil
+		}
+	}
+	st := e.state
+	if st != nil && p != nil {
+		for i := range st.texts {
+			if t := &st.texts[i]; t.p == p && t.n == n {
+				return t.text, nil
+			}
+		}
+	}
+	size := sizeOf(v, MaxProduced+1)
+	if err := spend(e, size, size); err != nil {
+		return "", err
+	}
+	s := toText(v)
+	if st != nil && p != nil && len(st.texts) < maxTexts {
+		st.texts = append(st.texts, textEntry{v: v, p: p, n: n, text: s})
+	}
+	return s, nil
 }
 
 // lowerOf is strings.ToLower(s), computed once per evaluation: the icontains and
@@ -664,14 +761,19 @@ func toDuration(v any) (time.Duration, error) {
 // cache c belongs to the Program being compiled.
 func helperOptions(c *regexCache) []expr.Option {
 	str := func(v any) string { return toText(v) }
+	// The text a helper reads is typed any: whatever the value, it reads its text (textArg).
 	spanFn := func(name string) expr.Option {
 		return expr.Function(name, func(p ...any) (any, error) {
 			e := envOf(p[0])
 			if err := spend(e, 0, 0); err != nil {
 				return nil, err
 			}
-			return scanList(e, name, str(p[1])), nil
-		}, new(func(Env, string) []string))
+			s, err := textArg(e, p[1])
+			if err != nil {
+				return nil, err
+			}
+			return scanList(e, name, s), nil
+		}, new(func(Env, any) []string))
 	}
 	session := func(v any) Session { s, _ := v.(Session); return s }
 	counter := func(name, field string) expr.Option {
@@ -685,21 +787,38 @@ func helperOptions(c *regexCache) []expr.Option {
 		spanFn("pii"), spanFn("piiKinds"), spanFn("emails"), spanFn("secrets"), spanFn("secretKinds"),
 		spanFn("urls"),
 		expr.Function("domain", func(p ...any) (any, error) {
-			return memo(envOf(p[0]), "domain", str(p[1]), domainOf), nil
-		}, new(func(Env, string) string)),
+			e := envOf(p[0])
+			s, err := textArg(e, p[1])
+			if err != nil {
+				return nil, err
+			}
+			return memo(e, "domain", s, domainOf), nil
+		}, new(func(Env, any) string)),
 		expr.Function("glob", func(p ...any) (any, error) {
-			return c.glob(str(p[0]), str(p[1]))
-		}, new(func(string, string) bool)),
+			s, err := textArg(envOf(p[0]), p[2])
+			if err != nil {
+				return false, err
+			}
+			return c.glob(str(p[1]), s)
+		}, new(func(Env, string, any) bool)),
 		expr.Function("regexMatch", func(p ...any) (any, error) {
-			e, s := envOf(p[0]), str(p[1])
+			e := envOf(p[0])
+			s, err := textArg(e, p[1])
+			if err != nil {
+				return false, err
+			}
 			if err := spend(e, len(s), 0); err != nil {
 				return false, err
 			}
 			return c.match(e, str(p[2]), s)
-		}, new(func(Env, string, string) bool)),
+		}, new(func(Env, any, string) bool)),
 		expr.Function("regexFind", func(p ...any) (any, error) {
-			s := str(p[1])
-			if err := spend(envOf(p[0]), len(s), 0); err != nil {
+			e := envOf(p[0])
+			s, err := textArg(e, p[1])
+			if err != nil {
+				return nil, err
+			}
+			if err := spend(e, len(s), 0); err != nil {
 				return nil, err
 			}
 			re, err := c.get(str(p[2]))
@@ -711,19 +830,27 @@ func helperOptions(c *regexCache) []expr.Option {
 				out = []string{}
 			}
 			return out, nil
-		}, new(func(Env, string, string) []string)),
+		}, new(func(Env, any, string) []string)),
 		expr.Function("icontains", func(p ...any) (any, error) {
-			return strings.Contains(strings.ToLower(str(p[0])), strings.ToLower(str(p[1]))), nil
-		}, new(func(string, string) bool)),
+			s, err := textArg(envOf(p[0]), p[1])
+			if err != nil {
+				return false, err
+			}
+			return strings.Contains(strings.ToLower(s), strings.ToLower(str(p[2]))), nil
+		}, new(func(Env, any, string) bool)),
 		expr.Function("containsAny", func(p ...any) (any, error) {
-			s := strings.ToLower(str(p[0]))
-			for _, sub := range toStrings(p[1]) {
+			s, err := textArg(envOf(p[0]), p[1])
+			if err != nil {
+				return false, err
+			}
+			s = strings.ToLower(s)
+			for _, sub := range toStrings(p[2]) {
 				if sub != "" && strings.Contains(s, strings.ToLower(sub)) {
 					return true, nil
 				}
 			}
 			return false, nil
-		}, new(func(string, []any) bool), new(func(string, []string) bool)),
+		}, new(func(Env, any, []any) bool), new(func(Env, any, []string) bool)),
 		counter("countTool", "tool"),
 		counter("countMethod", "method"),
 		counter("countKind", "kind"),

@@ -79,6 +79,8 @@ func TestLiteralScreeningAgreesWithConditions(t *testing.T) {
 		func() string { return fmt.Sprintf("glob(%q, inputs.p) || glob(%q, inputs.p)", globPat(), globPat()) },
 		func() string { return fmt.Sprintf("kind == \"k\" && glob(%q, text)", globPat()) },
 		func() string { return fmt.Sprintf("glob(%q, inputs.n)", globPat()) },
+		func() string { return fmt.Sprintf("glob(%q, inputs) || icontains(inputs, %q)", globPat(), lit()) },
+		func() string { return fmt.Sprintf("containsAny(inputs, [%q]) && text contains %q", lit(), lit()) },
 	}
 	screened := 0
 	for round := range 60 {

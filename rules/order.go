@@ -369,8 +369,9 @@ func guardText(n ast.Node, cache *regexCache) (strFn, int, bool) {
 	return nil, 0, false
 }
 
-// inputText recognises inputs.NAME and reads it as the text helpers do: the input's value
-// as text, "" when the step has no such input; the inputs are built on first use.
+// inputText recognises inputs.NAME and reads it as the text helpers do (textOf): the
+// input's value as text, "" when the step has no such input; the inputs are built on first
+// use.
 func inputText(n ast.Node) (name string, get strFn, ok bool) {
 	m, ok := n.(*ast.MemberNode)
 	if !ok || m.Method || !isIdent(m.Node, "inputs") {
@@ -383,7 +384,7 @@ func inputText(n ast.Node) (name string, get strFn, ok bool) {
 	name = p.Value
 	return name, func(e *Env) string {
 		e.fill(readsInputs)
-		return toText(e.Inputs[name])
+		return textOf(e.Inputs[name])
 	}, true
 }
 

@@ -32,6 +32,10 @@ var orderPieces = []string{
 	`"email" in piiKinds(inputs.to)`, `len(pii(inputs.to)) > 0`, `len(urls(text)) == 1`,
 	`toolStreak(session, "a*") >= 1`, `toolStreak(session, "b") == 0`, `regexMatch(inputs.to, "evil")`,
 	`glob("**/passwd", inputs.path)`, `sessionText(session) startsWith "x"`,
+	// Text helpers reading values that are not strings.
+	`len(pii(inputs)) > 0`, `icontains(inputs, "evil")`, `glob("**x@evil**", inputs)`,
+	`containsAny(params, ["flat", "zz"])`, `session.stepCount matches "^[0-3]$"`, `domain(inputs.n) == "2"`,
+	`len(secrets(nil)) == 0`, `regexMatch(isError, "true")`, `"email" in piiKinds(inputs)`,
 }
 
 // Cost ordering must never change a rule's result: the same match, the same error, for
