@@ -213,54 +213,6 @@ func (a *stepArgs) rowArgs(args []any, seq int64) []any {
 		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers)
 }
 
-// insertRows writes the events and rows of steps, stepChunk at a time: one statement of
-// many rows costs the driver's and database/sql's per-statement work once, not per step.
-// args is reused between chunks.
-func insertRows(b *batchTx, steps []pendingStep, args []any) ([]any, error) {
-	for len(steps) >= stepChunk {
-		chunk := steps[:stepChunk]
-		args = args[:0]
-		for i := range chunk {
-			p := &chunk[i]
-			args = append(args, p.seq, p.args.SessionID, p.args.ReceivedAt)
-		}
-		if _, err := b.stmt(b.stmts.insertStepEvents).Exec(args...); err != nil {
-			return args, fmt.Errorf("storage: insert step events %d-%d: %w", chunk[0].seq, chunk[stepChunk-1].seq, err)
-		}
-		args = args[:0]
-		for i := range chunk {
-			args = chunk[i].args.rowArgs(args, chunk[i].seq)
-		}
-		if _, err := b.stmt(b.stmts.insertSteps).Exec(args...); err != nil {
-			return args, fmt.Errorf("storage: insert steps %d-%d: %w", chunk[0].seq, chunk[stepChunk-1].seq, err)
-		}
-		steps = steps[stepChunk:]
-	}
-	for i := range steps {
-		if err := steps[i].args.insertRow(b, steps[i].seq); err != nil {
-			return args, err
-		}
-	}
-	return args, nil
-}
-
-// stepChunk is how many steps one multi-row insert writes. 32 rows of 20 values stay far
-// below SQLite's limit of bound values (32766).
-const stepChunk = 32
-
-// sqlInsertStepEvents and sqlInsertSteps are sqlInsertStepEvent and sqlInsertStep for
-// stepChunk rows.
-var (
-	sqlInsertStepEvents = multiRow(`INSERT INTO events (seq, type, session_id, at, payload) VALUES `,
-		`(?, 'step', ?, ?, NULL)`, stepChunk)
-	sqlInsertSteps = multiRow(sqlInsertStep[:strings.Index(sqlInsertStep, "VALUES")+len("VALUES ")],
-		sqlInsertStep[strings.Index(sqlInsertStep, "VALUES")+len("VALUES "):], stepChunk)
-)
-
-func multiRow(head, row string, n int) string {
-	return head + strings.Repeat(row+", ", n-1) + row
-}
-
 // applyDelta writes a transaction's steps of one session into its summary: one upsert per
 // decision, since each adds to its own count in the decisions JSON.
 func applyDelta(b *batchTx, d *storage.SessionDelta) error {

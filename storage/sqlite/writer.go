@@ -62,7 +62,6 @@ type writeStmts struct {
 	insertEvent, insertStepEvent   *sql.Stmt
 	insertMarker                   *sql.Stmt
 	insertStep, upsertSession      *sql.Stmt
-	insertStepEvents, insertSteps  *sql.Stmt
 }
 
 func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -78,8 +77,6 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.insertMarker, sqlInsertMarker},
 		{&s.insertStep, sqlInsertStep},
 		{&s.upsertSession, sqlUpsertSession},
-		{&s.insertStepEvents, sqlInsertStepEvents},
-		{&s.insertSteps, sqlInsertSteps},
 	} {
 		st, err := db.PrepareContext(ctx, p.sql)
 		if err != nil {
@@ -93,8 +90,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.savepoint, s.release, s.rollbackTo, s.insertEvent,
-		s.insertStepEvent, s.insertMarker, s.insertStep, s.upsertSession, s.insertStepEvents,
-		s.insertSteps} {
+		s.insertStepEvent, s.insertMarker, s.insertStep, s.upsertSession} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -735,13 +731,16 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 
 // ingestTx copies steps into the transaction, then updates each session's summary once.
 func ingestTx(b *batchTx, steps []pendingStep) error {
-	if _, err := insertRows(b, steps, make([]any, 0, stepChunk*20)); err != nil {
-		return err
-	}
 	deltas := make(map[string]*storage.SessionDelta)
 	var order []*storage.SessionDelta
 	for i := range steps {
 		p := &steps[i]
+		// One statement a row: a statement of many rows needs a statement journal (the
+		// foreign key to events may abort it half-way), which cost more than the
+		// per-statement work it saved.
+		if err := p.args.insertRow(b, p.seq); err != nil {
+			return err
+		}
 		d := deltas[p.args.SessionID]
 		if d == nil {
 			d = &storage.SessionDelta{}
