@@ -252,3 +252,20 @@ func TestPreviewBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Sessions, 1, "only the real step's session; previews store nothing")
 }
+
+// A dry run echoes the id byte for byte, as /aos does: encoding/json would rewrite its <, >
+// and & as \u003c, \u0026 and \u003e.
+func TestPreviewEchoesIDByteForByte(t *testing.T) {
+	srv, _, _ := previewEnv(t)
+	const id = `"<&> caf` + "\u00e9" + `"`
+	req, err := http.NewRequest(http.MethodPost, srv.URL+guardian.PreviewPath,
+		strings.NewReader(previewCall(id, "get-env", "mcp-preview")))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"id":`+id, string(b))
+}
