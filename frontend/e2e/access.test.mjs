@@ -77,6 +77,10 @@ describe('access', { skip: process.env.VIGIL_BIN ? false : 'operator accounts ne
       assert.deepEqual(await axeViolations(page), [], `secret dialog, ${scheme}`);
     }
     await shot(page, 'access-01-secret');
+    // A stray click outside the dialog (on its backdrop) does not throw the secret away.
+    await page.mouse.click(5, 5);
+    await page.waitForTimeout(250);
+    assert.equal(await secretDialog.getByLabel('API key').inputValue(), secret);
     // Esc closes it and gives the focus back to Create key; the secret is gone from the page.
     await page.keyboard.press('Escape');
     await secretDialog.waitFor({ state: 'detached' }).catch(() => secretDialog.waitFor({ state: 'hidden' }));
