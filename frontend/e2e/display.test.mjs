@@ -156,6 +156,19 @@ describe('bidi controls', () => {
     const line = await ordered('[data-testid="timeline-step"] .sp', ['note', 'to=', 'amount']);
     assert.deepEqual({ found: line.found, within: line.within, across: line.across }, { found: 3, within: true, across: true }, `timeline line: ${JSON.stringify(line)}`);
     await shot(page, 'display-02-bidi-timeline');
+    // The raw request shows the controls as JSON escapes, which reorder nothing.
+    await row.click();
+    const tree = page.locator('details', { hasText: 'Request' }).locator('.tree').first();
+    await tree.waitFor();
+    for (let i = 0; i < 10; i++) {
+      const closed = tree.locator('button.toggle[aria-expanded="false"]');
+      if ((await closed.count()) === 0) break;
+      await closed.first().click();
+    }
+    const raw = await tree.textContent();
+    assert.ok(raw?.includes('"ok\\u202e"'), `request tree: ${raw}`);
+    assert.ok(raw?.includes('"Bot\\u202e"'), `request tree: ${raw}`);
+    assert.equal(/[\u202a-\u202e\u2066-\u2069]/.test(raw ?? ''), false, 'no raw bidi control in the tree');
 
     await page.goto(`${guardian.url}/#/live`);
     const srow = page.locator(`[data-testid="session-row"][data-session="${sid}"]`);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bidiBalanced, bidiBalancedWords } from './bidi';
+import { bidiBalanced, bidiBalancedWords, jsonStringShown } from './bidi';
 
 const RLO = '\u202e';
 const LRE = '\u202a';
@@ -34,5 +34,17 @@ describe('bidi controls in joined text', () => {
   it('keeps each control within its word', () => {
     expect(bidiBalancedWords(`note=ok${RLO} to=ACCT-1  amount=9000`)).toBe(`note=ok${RLO}${PDF} to=ACCT-1  amount=9000`);
     expect(bidiBalancedWords('plain text')).toBe('plain text');
+  });
+});
+
+describe('bidi controls in a JSON view', () => {
+  it('writes them as JSON escapes, which parse back to the same string', () => {
+    const s = `note=ok${RLO} amount=9000${PDI}`;
+    const shown = jsonStringShown(s);
+    expect(shown).toBe('"note=ok\\u202e amount=9000\\u2069"');
+    expect(JSON.parse(shown)).toBe(s);
+  });
+  it('leaves other text as JSON.stringify writes it', () => {
+    expect(jsonStringShown('עברית "q"\n')).toBe(JSON.stringify('עברית "q"\n'));
   });
 });

@@ -58,3 +58,14 @@ export function bidiBalancedWords(s: string): string {
     .map((w, i) => (i % 2 ? w : bidiBalanced(w)))
     .join('');
 }
+
+const ANY_GLOBAL = /[\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * A string as JSON text, with its bidi controls written as JSON escapes (`\u202e`), as
+ * JSON allows: a raw JSON view shows what the agent sent, control characters included, and
+ * an escaped control reorders nothing around it.
+ */
+export function jsonStringShown(s: string): string {
+  return JSON.stringify(s).replace(ANY_GLOBAL, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+}
