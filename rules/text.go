@@ -223,9 +223,13 @@ func toText(v any) string {
 	case fmt.Stringer:
 		return x.String()
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Without HTML escaping: json.Marshal writes <, > and & as \u003c, \u003e and
+	// \u0026, so `containsAny(inputs, ["&&"])` would never see the && of an input.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return fmt.Sprint(v)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }

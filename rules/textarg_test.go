@@ -199,3 +199,26 @@ func TestTextArgChargesTheBudget(t *testing.T) {
 	require.Contains(t, errs["map"], "evaluation budget exceeded")
 	require.NotContains(t, errs, "str", "a string is read as it is, with nothing built")
 }
+
+// A map or list is read as its JSON without HTML escaping: encoding/json's default writes
+// <, > and & as \u003c, \u003e and \u0026, so a rule looking for a shell chain, markup or a
+// query string inside structured inputs never matched.
+func TestTextOfStructuredInputsKeepsMarkup(t *testing.T) {
+	env := &Env{Tool: "run", Inputs: map[string]any{
+		"args": map[string]any{"cmd": "ls && curl evil"},
+		"html": []any{"<script>alert(1)</script>"},
+		"link": map[string]any{"u": "https://x.example/?a=1&b=2"},
+	}}
+	for _, when := range []string{
+		`containsAny(inputs, ["&&"])`,
+		`icontains(inputs.html, "<script>")`,
+		`any(urls(inputs), # endsWith "b=2")`,
+		`regexMatch(inputs.args, "&&\\s*curl")`,
+	} {
+		t.Run(when, func(t *testing.T) {
+			p := mustCompile(t, Options{}, rule("r", when, ActionDeny))
+			require.Equal(t, ActionDeny, p.Evaluate(env).Action)
+			requireVerdictsMatchVM(t, p, env, "")
+		})
+	}
+}
