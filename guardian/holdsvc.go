@@ -149,7 +149,7 @@ func ValidateParams(method string, params json.RawMessage) error {
 // offered them, for a hold approved and remembered on a replica its agent does not wait on.
 // A request that no longer parses has none.
 func HoldInputs(request json.RawMessage) map[string]any {
-	step, perr := aos.ParseStep(request)
+	step, perr := aos.ParseStoredStep(request)
 	if perr != nil {
 		return nil
 	}

@@ -26,7 +26,7 @@ func (g *Guardian) RecordInterrupted(ctx context.Context, hs []record.Hold) erro
 	var errs []error
 	for _, h := range hs {
 		var rec record.StepRecord
-		if step, err := aos.ParseStep(h.Request); err == nil {
+		if step, err := aos.ParseStoredStep(h.Request); err == nil {
 			v := Verdict{Decision: string(aos.Deny), RuleID: h.RuleID, Message: interruptedMessage,
 				ReasonCodes: []string{holds.ReasonRestarting}, Matches: holdMatches(h)}
 			rec = g.record(step, h.SessionID, v, h.CreatedAt, true)

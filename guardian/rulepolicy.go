@@ -98,7 +98,7 @@ func Matches(ms []rules.Match) []record.RuleMatch {
 // EnvForStored rebuilds the rule environment of a stored step, for backtests and tests by
 // seq; history is the session's earlier stored steps, oldest first.
 func EnvForStored(_ context.Context, rec record.StepRecord, history []record.StepRecord) (*rules.Env, error) {
-	step, perr := aos.ParseStep(rec.Request)
+	step, perr := aos.ParseStoredStep(rec.Request)
 	if perr != nil {
 		return nil, fmt.Errorf("stored step %d no longer parses: %w", rec.Seq, perr)
 	}

@@ -1,6 +1,7 @@
 package aos
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,28 @@ func TestEmptyContextSessionIDRefused(t *testing.T) {
 	}
 	// The header check and the decoder refuse the same ids.
 	require.Contains(t, CheckSessionID(""), "must not be empty")
+}
+
+// A repeated member counts by its last value (as for "." and ".."): an empty id followed by
+// a real one is the real one; a real one followed by an empty one is refused.
+func TestRepeatedSessionIDLastCounts(t *testing.T) {
+	body := string(mutate(t, "message", "params.context.session.id", "MARK"))
+	s := parse(t, []byte(strings.Replace(body, `"id":"MARK"`, `"id":"","id":"y"`, 1)))
+	require.Equal(t, "y", s.Context.Session.ID)
+	_, e := ParseStep([]byte(strings.Replace(body, `"id":"MARK"`, `"id":"y","id":""`, 1)))
+	requireErr(t, e, CodeInvalidParams, "params.context.session.id", "must not be empty")
+}
+
+// A step stored before empty session ids were refused still reads for backtests, rule tests
+// by seq and comparisons: ParseStoredStep takes what the guardian took then.
+func TestStoredStepWithEmptySessionIDStillParses(t *testing.T) {
+	req := mutate(t, "toolCallRequest", "params.context.session.id", "")
+	_, e := ParseStep(req)
+	require.NotNil(t, e)
+	s, e := ParseStoredStep(req)
+	require.Nil(t, e)
+	require.Equal(t, "", s.Context.Session.ID)
+	require.Equal(t, KindToolCall, s.Kind)
 }
 
 // RFC 3339 §5.6 allows "t" and "z" in lower case; they read as "T" and "Z".

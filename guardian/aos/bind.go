@@ -532,12 +532,6 @@ func (d *decoder) session(s *Session) {
 		switch string(k) {
 		case "id":
 			s.ID = d.id()
-			if s.ID == "" && d.err == nil {
-				// AOS §3.9: the session's unique identifier. Read as absent, "" would file
-				// the step under the X-Vigil-Session header or "<kind>@<address>" instead,
-				// a session per step kind that the agent never named.
-				d.invalid(sessionEmpty)
-			}
 			has |= 1
 		case "metadata":
 			s.Metadata = d.object()
@@ -546,6 +540,13 @@ func (d *decoder) session(s *Session) {
 		}
 	}
 	d.require(has, "id")
+	if has&1 != 0 && s.ID == "" && !d.stored {
+		// AOS §3.9: the session's unique identifier. Read as absent, "" would file the step
+		// under the X-Vigil-Session header or "<kind>@<address>" instead, a session per step
+		// kind that the agent never named. Checked on the id that counts, the last one, as
+		// "." and ".." are.
+		d.invalidField("id", sessionEmpty)
+	}
 }
 
 func (d *decoder) user(u *User) {

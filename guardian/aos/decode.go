@@ -61,6 +61,9 @@ type decoder struct {
 
 	// noLimits turns depth and size violations off (SplitBody only checks syntax).
 	noLimits bool
+	// stored reads a step the guardian stored earlier (ParseStoredStep): what it accepted
+	// then is read as it was, though it would be refused now.
+	stored bool
 	// share makes strings without escapes share buf's memory instead of copying it (see
 	// ParseStep): a step has dozens of strings, and a copy each was a third of the
 	// guardian's allocations. Unmarshalers never share: encoding/json may reuse its buffer.

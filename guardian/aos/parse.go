@@ -206,7 +206,20 @@ func kindOf(method string) (Kind, bool) {
 // keeps one of them beyond the request (a cache key, a session's history) should clone it,
 // or it keeps all of msg alive.
 func ParseStep(msg json.RawMessage) (*Step, *Error) {
+	return parseStep(msg, false)
+}
+
+// ParseStoredStep is ParseStep for a request the guardian stored earlier, for backtests
+// and rule tests by seq: a step it accepted then is read the same way although it would be
+// refused now (an empty context.session.id, stored as it was before it was refused; its
+// stored row names the session it went to).
+func ParseStoredStep(msg json.RawMessage) (*Step, *Error) {
+	return parseStep(msg, true)
+}
+
+func parseStep(msg json.RawMessage, stored bool) (*Step, *Error) {
 	var d decoder
+	d.stored = stored
 	d.buf = msg
 	d.share = true
 	d.code = CodeInvalidRequest

@@ -287,7 +287,7 @@ func inputsDiff(a, b record.StepRecord) []jsonpatch.Op {
 }
 
 func inputs(rec record.StepRecord) (json.RawMessage, bool) {
-	step, perr := aos.ParseStep(rec.Request)
+	step, perr := aos.ParseStoredStep(rec.Request)
 	if perr != nil {
 		return nil, false
 	}
