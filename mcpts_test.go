@@ -105,39 +105,7 @@ func tsDeps(t *testing.T) (node, script, everything string) {
 // (approved here through /api/holds), and its session shows the client and server.
 func TestMCPTypeScriptClient(t *testing.T) {
 	node, script, everything := tsDeps(t)
-	up := startEverything(t, everything)
-
-	dir := t.TempDir()
-	db := filepath.Join(dir, "vigil.db")
-	rulesFile := filepath.Join(dir, "rules.yaml")
-	require.NoError(t, os.WriteFile(rulesFile, []byte(tsRules), 0o600))
-	st, err := sqlite.Open(context.Background(), db, sqlite.Options{})
-	require.NoError(t, err)
-	az, err := auth.New(context.Background(), auth.Config{Loopback: true}, auth.Options{Store: st})
-	require.NoError(t, err)
-	_, key, err := az.CreateKey(context.Background(), auth.KeySpec{Name: "ts"}, "test")
-	require.NoError(t, err)
-	require.NoError(t, st.Close())
-
-	cfg := testConfig(t, db)
-	cfg.RulesFile = rulesFile
-	cfg.MCP = []string{"everything=" + up}
-	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
-
-	self, err := os.Executable()
-	require.NoError(t, err)
-	cases := []struct {
-		name, session string
-		cfg           map[string]any
-	}{
-		{"streamable http", "mcp-everything-", map[string]any{"transport": "http", "url": srv.URL + "/mcp/everything",
-			"headers": map[string]string{"X-Vigil-Key": key}}},
-		{"stdio", "mcp-wrapped-", map[string]any{"transport": "stdio", "command": self,
-			"args": []string{"-test.run=^TestHelperVigil$", "--", "mcp", "wrap", "--name", "wrapped", "--", everything, "stdio"},
-			"env":  map[string]string{helperEnv: "1", "VIGIL_URL": srv.URL, "VIGIL_API_KEY": key}}},
-	}
+	srv, cases := tsServe(t, everything, tsRules)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -182,6 +150,117 @@ func TestMCPTypeScriptClient(t *testing.T) {
 			require.Equal(t, "mcp-servers/everything", s.Server.Name)
 			require.Equal(t, "vigil-ts-test 1.0.0", s.AgentName)
 			require.NotZero(t, s.Decisions["deny"])
+		})
+	}
+}
+
+// tsCase is one transport the TypeScript client reaches server-everything by through
+// Vigil: cfg is what test/mcp/tsclient.mjs takes, session the prefix of its Vigil session.
+type tsCase struct {
+	name, session string
+	cfg           map[string]any
+}
+
+// tsServe runs server-everything over Streamable HTTP behind `vigil serve --mcp`, in team
+// mode with rules, and returns the server and the client configurations of both transports
+// (HTTP through the server, stdio through `vigil mcp wrap` of server-everything).
+func tsServe(t *testing.T, everything, rules string) (*server, []tsCase) {
+	t.Helper()
+	up := startEverything(t, everything)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "vigil.db")
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(rules), 0o600))
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{})
+	require.NoError(t, err)
+	az, err := auth.New(context.Background(), auth.Config{Loopback: true}, auth.Options{Store: st})
+	require.NoError(t, err)
+	_, key, err := az.CreateKey(context.Background(), auth.KeySpec{Name: "ts"}, "test")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+
+	cfg := testConfig(t, db)
+	cfg.RulesFile = rulesFile
+	cfg.MCP = []string{"everything=" + up}
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Shutdown(5*time.Second)) })
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	return srv, []tsCase{
+		{"streamable http", "mcp-everything-", map[string]any{"transport": "http", "url": srv.URL + "/mcp/everything",
+			"headers": map[string]string{"X-Vigil-Key": key}}},
+		{"stdio", "mcp-wrapped-", map[string]any{"transport": "stdio", "command": self,
+			"args": []string{"-test.run=^TestHelperVigil$", "--", "mcp", "wrap", "--name", "wrapped", "--", everything, "stdio"},
+			"env":  map[string]string{helperEnv: "1", "VIGIL_URL": srv.URL, "VIGIL_API_KEY": key}}},
+	}
+}
+
+// tsTasksScript asks for a task-augmented call with the TypeScript SDK (as QA did): the
+// transport as tsclient.mjs takes it, in VIGIL_TS_CFG; it prints the server's tasks
+// capability as the client sees it and what the call's stream yields.
+const tsTasksScript = `
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+const cfg = JSON.parse(process.env.VIGIL_TS_CFG);
+const transport = cfg.transport === 'http'
+  ? new StreamableHTTPClientTransport(new URL(cfg.url), { requestInit: { headers: cfg.headers ?? {} } })
+  : new StdioClientTransport({ command: cfg.command, args: cfg.args ?? [], env: { ...process.env, ...(cfg.env ?? {}) }, stderr: 'inherit' });
+const client = new Client({ name: 'vigil-ts-tasks', version: '1.0.0' });
+await client.connect(transport);
+const out = { tasks: client.getServerCapabilities()?.tasks ?? null, events: [] };
+const stream = client.experimental.tasks.callToolStream(
+  { name: 'simulate-research-query', arguments: { topic: 'tok-12345' } }, undefined, { task: { ttl: 60000 } });
+for await (const m of stream) {
+  out.events.push(m.type === 'error' ? { type: 'error', code: m.error.code, message: m.error.message } : m);
+}
+await client.close();
+process.stdout.write(JSON.stringify(out) + '\n');
+`
+
+// TestMCPTypeScriptClientTasks: Vigil does not offer MCP tasks (tasks/result would hand the
+// client a tool's result no rule judged): over either transport the TypeScript SDK's client
+// sees no tasks capability, and its task-augmented call is refused with an error; no
+// result, redacted or not, comes back. Before, the call got a task handle and tasks/result
+// the tool's result with tok-12345 in it.
+func TestMCPTypeScriptClientTasks(t *testing.T) {
+	node, script, everything := tsDeps(t)
+	rules := tsRules + `
+  - id: redact-all-results
+    when: kind == "mcp" && mcp.method == "" && text contains "tok-"
+    action: modify
+    modify: {redact: ['tok-[0-9]+']}
+`
+	_, cases := tsServe(t, everything, rules)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			arg, err := json.Marshal(c.cfg)
+			require.NoError(t, err)
+			cmd := exec.CommandContext(ctx, node, "--input-type=module", "-e", tsTasksScript)
+			cmd.Dir = filepath.Dir(script) // where node finds the SDK
+			cmd.Env = append(os.Environ(), "VIGIL_TS_CFG="+string(arg))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), stderr.String())
+			require.NotContains(t, stdout.String(), "tok-12345")
+			var got struct {
+				Tasks  any `json:"tasks"`
+				Events []struct {
+					Type    string `json:"type"`
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				} `json:"events"`
+			}
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), stdout.String()+stderr.String())
+			require.Nil(t, got.Tasks, "the client sees no tasks capability")
+			require.Len(t, got.Events, 1, stdout.String())
+			require.Equal(t, "error", got.Events[0].Type)
+			require.Equal(t, -32602, got.Events[0].Code)
+			require.Contains(t, got.Events[0].Message, "Vigil does not relay MCP tasks")
 		})
 	}
 }

@@ -312,23 +312,27 @@ func accepts(h http.Header, mt string) bool {
 
 func success(status int) bool { return status >= 200 && status < 300 }
 
-// awaitedID returns the id of the request in a client's message, whose answer the client
-// reads from the HTTP answer (null for a batch with requests in it); ok is false when the
-// message holds no request (notifications and responses are answered 202, without a body).
-func awaitedID(body []byte) (id json.RawMessage, ok bool) {
+// awaitedIDs returns the ids of the requests in a client's message, whose answers the
+// client reads from the HTTP answer; none when it holds no request (notifications and
+// responses are answered 202, without a body).
+func awaitedIDs(body []byte) []json.RawMessage {
 	if m, single := parse(body); single {
-		return m.ID, m.isRequest()
+		if m.isRequest() {
+			return []json.RawMessage{m.ID}
+		}
+		return nil
 	}
 	var batch []json.RawMessage
 	if json.Unmarshal(body, &batch) != nil {
-		return nil, false
+		return nil
 	}
+	var ids []json.RawMessage
 	for _, b := range batch {
 		if m, ok := parse(b); ok && m.isRequest() {
-			return nil, true
+			ids = append(ids, m.ID)
 		}
 	}
-	return nil, false
+	return ids
 }
 
 // post relays one message from the client.
@@ -338,14 +342,6 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", mediaJSON)
 		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		_, _ = w.Write(errorResponse(nil, -32600, fmt.Sprintf("the message exceeds %d bytes", gw.cfg.MaxBodyBytes)))
-		return
-	}
-	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' && judgedBatch(t) {
-		// A batch would need each member judged and the answers matched back; clients of
-		// current protocol versions never send one.
-		w.Header().Set("Content-Type", mediaJSON)
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write(errorResponse(nil, -32600, "Vigil does not relay batches that contain tools/call, resources/read or prompts/get; send them one by one"))
 		return
 	}
 	s := gw.session(r)
@@ -373,10 +369,20 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		if sid := r.Header.Get(sessionHeader); sid != "" {
 			w.Header().Set(sessionHeader, sid)
 		}
+		if act.Invalid {
+			// A message Vigil cannot read (or a batch it does not relay), as servers answer one.
+			w.WriteHeader(http.StatusBadRequest)
+		}
 		_, _ = w.Write(act.Reply)
 		return
 	}
-	id, awaited := awaitedID(act.Forward)
+	ids := awaitedIDs(act.Forward)
+	awaited := len(ids) > 0
+	// id is the request the client awaits (null for a batch): Vigil's own errors name it.
+	var id json.RawMessage
+	if t := bytes.TrimSpace(act.Forward); len(ids) == 1 && len(t) > 0 && t[0] != '[' {
+		id = ids[0]
+	}
 	// settled ends the request's time in flight when this exchange is its last chance of an
 	// answer: the server could not be reached, refused it with an HTTP error, or answered
 	// in anything but an event stream (which a client may resume later, the answer still
@@ -384,7 +390,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	// have sent the id again (in breach of the protocol) by then. Without it, every such
 	// request stayed in flight for good, and MaxPending of them refused every call.
 	settled := func() {
-		if awaited {
+		for _, id := range ids {
 			s.forget(id)
 		}
 	}
@@ -433,6 +439,11 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		// Judged first: the answer in it must find its request in flight.
 		out := gw.judgeJSON(r.Context(), s, r.Header, b)
 		settled()
+		if out == nil {
+			// Nothing Vigil could relay (an answer it cannot read, or to no request in flight).
+			gw.fault(w, id, errUnjudgedAnswer)
+			return
+		}
 		gateway.CopyHeaders(w.Header(), resp.Header)
 		w.Header().Set("Content-Type", mediaJSON)
 		w.WriteHeader(resp.StatusCode)
@@ -477,6 +488,10 @@ func (gw *Gateway) judgeJSON(ctx context.Context, s *Session, in http.Header, b 
 	return nb
 }
 
+// errUnjudgedAnswer is the client's error for a JSON answer that Vigil dropped (see
+// Session.admitServer).
+const errUnjudgedAnswer = "the MCP server's answer is not one Vigil can read as the answer to this request; Vigil cannot judge it"
+
 // errNotMCPType is the client's error for an answer in a media type Vigil cannot judge.
 const errNotMCPType = "the MCP server's answer is neither JSON nor an event stream; Vigil cannot judge it"
 
@@ -520,6 +535,9 @@ func (gw *Gateway) relayInto(ctx context.Context, sse *sseWriter, s *Session, re
 		}
 		out := gw.judgeJSON(ctx, s, in, b)
 		settled()
+		if out == nil {
+			out = errorResponse(id, codeUpstream, errUnjudgedAnswer)
+		}
 		sse.event(out)
 	default:
 		gw.log.Warn("server answer of a type Vigil cannot read; failing closed",
@@ -592,7 +610,7 @@ func (gw *Gateway) relaySSE(ctx context.Context, sse *sseWriter, s *Session, bod
 				sse.raw(ev.raw)
 			} else {
 				a := s.FromServer(ctx, ev.data)
-				if !answered && bytes.Equal(a.Answers, id) {
+				if !answered && a.Answers != nil && idKey(a.Answers) == idKey(id) {
 					answered = true
 				}
 				gw.replyUpstream(s, in, a.Reply)
@@ -668,15 +686,6 @@ func (gw *Gateway) delete(w http.ResponseWriter, r *http.Request) {
 	gateway.CopyHeaders(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
-}
-
-func judgedBatch(b []byte) bool {
-	for m := range judgedClientMethods {
-		if bytes.Contains(b, []byte(`"`+m+`"`)) {
-			return true
-		}
-	}
-	return false
 }
 
 func hasProgressToken(b []byte) bool { return bytes.Contains(b, []byte(`"progressToken"`)) }

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -45,8 +47,20 @@ var errTooMany = errors.New("too many requests in flight in this session")
 // bound.
 const errReusedID = "the request id is already used by a request in flight in this session (MCP request ids must not be reused)"
 
-// codeInvalidRequest is JSON-RPC's error code for a request that is not a valid one.
-const codeInvalidRequest = -32600
+// JSON-RPC's error codes for a message that is not JSON (codeParseError), not a valid
+// request (codeInvalidRequest), names a method the receiver does not offer
+// (codeMethodNotFound) or has invalid params (codeInvalidParams).
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+	codeMethodNotFound = -32601
+	codeInvalidParams  = -32602
+)
+
+// errNoTasks refuses MCP tasks (protocol 2025-11-25): a task-augmented request answers with
+// a task handle, and the tool's real result comes later from tasks/result, which Vigil does
+// not judge as the tool's result; so tasks are not offered through Vigil at all.
+const errNoTasks = "Vigil does not relay MCP tasks: their results could reach the client unjudged; call the tool without a task"
 
 // DefaultMaxToolBytes bounds the tool definitions one session keeps for the rules.
 const DefaultMaxToolBytes = 4 << 20
@@ -83,6 +97,10 @@ type SessionConfig struct {
 
 type pendingReq struct {
 	method, tool string
+	// seq tells this request from a later one under the same id.
+	seq uint64
+	// cancel, while the request waits for its verdict, abandons it (the client cancelled).
+	cancel context.CancelFunc
 	// page: a tools/list request naming a cursor, whose answer continues the list before.
 	page bool
 	// answering: the server's answer is being judged; another answer to the same request
@@ -100,8 +118,9 @@ type Session struct {
 	serverInfo json.RawMessage
 	tools      map[string]json.RawMessage
 	toolBytes  int                   // what tools costs against MaxToolBytes
-	fromClient map[string]pendingReq // client requests awaiting the server's answer
-	fromServer map[string]string     // server requests awaiting the client's answer
+	fromClient map[string]pendingReq // client requests awaiting the server's answer, by idKey
+	fromServer map[string]string     // server requests awaiting the client's answer, by idKey
+	seq        uint64                // numbers the client's requests (pendingReq.seq)
 	// serverJudging counts the server's requests awaiting a verdict: unlike the client's,
 	// they need not be remembered (fromServer stops growing at its bound), so the map
 	// does not bound them.
@@ -162,25 +181,90 @@ func isNull(b []byte) bool {
 }
 
 // parse reads one message; ok is false for anything that is not a single JSON-RPC object
-// (a batch, garbage), which the relay passes on untouched.
+// (a batch, garbage).
 func parse(b []byte) (message, bool) {
+	m, e := read(b)
+	return m, e == nil
+}
+
+// readError is why a message cannot be read, as the JSON-RPC error its sender gets.
+type readError struct {
+	code int
+	msg  string
+	// id is the message's id when it could be read (null otherwise).
+	id json.RawMessage
+}
+
+func (e *readError) reply() []byte { return errorResponse(e.id, e.code, e.msg) }
+
+// read reads one message: a JSON-RPC 2.0 object. What it cannot read is never relayed: a
+// peer may read it (JavaScript's JSON.parse takes nesting deeper than Go's 10000 levels,
+// the TypeScript SDK's HTTP transport skips a byte order mark), and it could then be a
+// call or a result no rule saw.
+func read(b []byte) (message, *readError) {
 	t := bytes.TrimSpace(b)
 	if len(t) == 0 || t[0] != '{' {
-		return message{}, false
+		if err := json.Unmarshal(t, new(json.RawMessage)); err != nil || len(t) == 0 {
+			return message{}, parseError(err)
+		}
+		return message{}, &readError{code: codeInvalidRequest, msg: "Invalid Request: a JSON-RPC message is an object"}
 	}
-	f, ok := members(t)
-	if !ok {
-		return message{}, false
+	f, err := membersErr(t)
+	if err != nil {
+		return message{}, parseError(err)
 	}
 	var m message
+	id := f["id"]
+	if len(id) == 0 {
+		id = nil
+	}
 	if json.Unmarshal(f["jsonrpc"], &m.JSONRPC) != nil || m.JSONRPC != "2.0" {
-		return message{}, false
+		return message{}, &readError{code: codeInvalidRequest, id: id, msg: `Invalid Request: "jsonrpc" must be "2.0"`}
 	}
 	if raw, ok := f["method"]; ok && json.Unmarshal(raw, &m.Method) != nil {
-		return message{}, false
+		return message{}, &readError{code: codeInvalidRequest, id: id, msg: `Invalid Request: "method" must be a string`}
 	}
 	m.ID, m.Params, m.Result, m.Error = f["id"], f["params"], f["result"], f["error"]
-	return m, true
+	return m, nil
+}
+
+func parseError(err error) *readError {
+	msg := "Parse error: the message is not JSON Vigil can read"
+	if err != nil {
+		msg += " (" + err.Error() + ")"
+	}
+	return &readError{code: codeParseError, msg: msg}
+}
+
+// idKey is the value of a JSON-RPC id, which the in-flight maps are keyed by: the server
+// answers with the id as it read it (6.0 and 6e0 come back as 6, "\u0037" as "7"), so
+// keyed by the text, an answer missed its request and passed unjudged while the request
+// stayed in flight for good. Numbers are compared as JavaScript compares them (as float64,
+// -0 as 0), strings by their decoded value; anything else by its compact text.
+func idKey(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return ""
+	}
+	switch c := t[0]; {
+	case c == '"':
+		var str string
+		if json.Unmarshal(t, &str) == nil {
+			return "s" + str
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		if f, err := strconv.ParseFloat(string(t), 64); err == nil || errors.Is(err, strconv.ErrRange) {
+			if f == 0 {
+				f = 0 // -0 reads as 0
+			}
+			return "n" + strconv.FormatFloat(f, 'g', -1, 64)
+		}
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, t) == nil {
+		return "j" + b.String()
+	}
+	return "j" + string(t)
 }
 
 // members reads a JSON object's members by their exact names, the last of a repeated name
@@ -189,11 +273,19 @@ func parse(b []byte) (message, bool) {
 // server's "ID" beside its "id" had Vigil take a result for the answer to another request
 // than the client did, and pass it unjudged.
 func members(b []byte) (map[string]json.RawMessage, bool) {
+	f, err := membersErr(b)
+	return f, err == nil
+}
+
+func membersErr(b []byte) (map[string]json.RawMessage, error) {
 	var f map[string]json.RawMessage
-	if json.Unmarshal(b, &f) != nil || f == nil {
-		return nil, false
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
 	}
-	return f, true
+	if f == nil {
+		return nil, errors.New("not an object")
+	}
+	return f, nil
 }
 
 // nameOf is the "name" member of an object (a tool call's params, a tool's definition).
@@ -226,7 +318,7 @@ func (s *Session) MayBlock(msg []byte, fromClient bool) bool {
 	}
 	if m.isResponse() {
 		s.mu.Lock()
-		p, ok := s.fromClient[string(m.ID)]
+		p, ok := s.fromClient[idKey(m.ID)]
 		s.mu.Unlock()
 		return ok && judgedClientMethods[p.method]
 	}
@@ -237,12 +329,14 @@ func (s *Session) MayBlock(msg []byte, fromClient bool) bool {
 // direction (nil: withheld), Reply goes back to its sender (nil: nothing). Changed is false
 // when Forward is the message exactly as received. Answers is the id of the client's
 // request that a server's message answers (nil for anything else), so a relay knows when a
-// request it waits on has its answer.
+// request it waits on has its answer. Invalid is set when Reply refuses a message Vigil
+// cannot read (HTTP answers it 400).
 type Action struct {
 	Forward []byte
 	Reply   []byte
 	Changed bool
 	Answers json.RawMessage
+	Invalid bool
 }
 
 func pass(b []byte) Action { return Action{Forward: b} }
@@ -257,19 +351,36 @@ func (s *Session) FromClient(ctx context.Context, msg []byte, notify func([]byte
 	return judge(ctx, notify)
 }
 
+// refusedTasks is the error for a client request that uses MCP tasks (see errNoTasks), or
+// nil. params.task makes any request task-augmented.
+func refusedTasks(m *message, f map[string]json.RawMessage) []byte {
+	switch {
+	case strings.HasPrefix(m.Method, "tasks/"):
+		return errorResponse(m.ID, codeMethodNotFound, "Method not found: "+errNoTasks)
+	case len(f["task"]) > 0 && !isNull(f["task"]):
+		return errorResponse(m.ID, codeInvalidParams, "Invalid params: params.task: "+errNoTasks)
+	}
+	return nil
+}
+
 // admitClient is what handling a message from the client does before any verdict: read it,
 // refuse a request the session cannot take, note a request in flight. It never waits.
 // judge, when not nil, is the rest (the verdict, which may wait for a reviewer) and a is
 // then unset: a relay runs it on a goroutine of its own, so it holds at most one per
 // request in flight (MaxPending), whatever the client sends.
 func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context, func([]byte)) Action) {
-	m, ok := parse(msg)
-	if !ok {
-		return pass(msg), nil
+	if t := bytes.TrimSpace(msg); len(t) > 0 && t[0] == '[' {
+		return s.admitBatch(t), nil
 	}
+	m, rerr := read(msg)
+	if rerr != nil {
+		// Not passed: the server might read what Vigil cannot (see read).
+		return Action{Reply: rerr.reply(), Invalid: true}, nil
+	}
+	key := idKey(m.ID)
 	if m.isResponse() {
 		s.mu.Lock()
-		delete(s.fromServer, string(m.ID))
+		delete(s.fromServer, key)
 		s.mu.Unlock()
 		return pass(msg), nil
 	}
@@ -282,7 +393,8 @@ func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context,
 	// Read as the server reads them (members), so the tool is the one the server calls.
 	var name string
 	var clientInfo, progressToken, cursor json.RawMessage
-	if f, ok := members(m.Params); ok {
+	f, _ := members(m.Params)
+	if f != nil {
 		_ = json.Unmarshal(f["name"], &name)
 		clientInfo = f["clientInfo"]
 		cursor = f["cursor"]
@@ -290,29 +402,38 @@ func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context,
 			progressToken = meta["progressToken"]
 		}
 	}
+	if r := refusedTasks(&m, f); r != nil {
+		return Action{Reply: r}, nil
+	}
 	judged := judgedClientMethods[m.Method]
 	s.mu.Lock()
 	if m.Method == "initialize" && len(clientInfo) > 0 {
 		s.clientInfo = clientInfo
 	}
-	if _, inFlight := s.fromClient[string(m.ID)]; inFlight {
+	if _, inFlight := s.fromClient[key]; inFlight {
 		s.mu.Unlock()
 		return Action{Reply: errorResponse(m.ID, codeInvalidRequest, errReusedID)}, nil
 	}
 	if len(s.fromClient) >= s.cfg.MaxPending {
 		s.mu.Unlock()
-		if judged {
-			return Action{Reply: s.refusal(&m, errTooMany.Error())}, nil
-		}
-		return pass(msg), nil
+		// Any request: one not in flight would have its answer dropped (admitServer).
+		return Action{Reply: s.refusal(&m, errTooMany.Error())}, nil
 	}
-	s.fromClient[string(m.ID)] = pendingReq{method: m.Method, tool: name,
+	s.seq++
+	seq := s.seq
+	s.fromClient[key] = pendingReq{method: m.Method, tool: name, seq: seq,
 		page: m.Method == "tools/list" && len(cursor) > 0 && !isNull(cursor)}
 	s.mu.Unlock()
 	if !judged {
 		return pass(msg), nil
 	}
 	return Action{}, func(ctx context.Context, notify func([]byte)) Action {
+		// The client's notifications/cancelled ends ctx (cancelled), abandoning a hold.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if !s.watch(key, seq, cancel) {
+			return Action{Reply: s.refusal(&m, errCancelled)}
+		}
 		var stop func()
 		if notify != nil && len(progressToken) > 0 && !isNull(progressToken) {
 			stop = s.progress(progressToken, notify)
@@ -321,9 +442,15 @@ func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context,
 		if stop != nil {
 			stop()
 		}
+		if ctx.Err() != nil {
+			// Cancelled, or the client went away: whatever came of the verdict (an error
+			// policy's allow above all), the call does not go on.
+			s.settle(key, seq)
+			return Action{Reply: s.refusal(&m, errCancelled)}
+		}
 		switch out.Decision {
 		case "deny":
-			s.forget(m.ID)
+			s.settle(key, seq)
 			return Action{Reply: s.refusal(&m, out.Message)}
 		case "modify":
 			if len(out.Modified) > 0 {
@@ -332,6 +459,95 @@ func (s *Session) admitClient(msg []byte) (a Action, judge func(context.Context,
 		}
 		return pass(msg)
 	}
+}
+
+// errCancelled answers a judged request the client cancelled (or left) before its verdict;
+// the client ignores it, but an HTTP request still gets an answer.
+const errCancelled = "the request was cancelled before its verdict; it was not sent to the server."
+
+// watch makes cancel the way to abandon request key (seq) while it waits for its verdict;
+// false when the client cancelled it already.
+func (s *Session) watch(key string, seq uint64, cancel context.CancelFunc) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.fromClient[key]
+	if !ok || p.seq != seq {
+		return false
+	}
+	p.cancel = cancel
+	s.fromClient[key] = p
+	return true
+}
+
+// settle ends the time in flight of request key, when it is still the request seq.
+func (s *Session) settle(key string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.fromClient[key]; ok && p.seq == seq {
+		delete(s.fromClient, key)
+	}
+}
+
+// admitBatch handles a JSON-RPC batch from the client (protocol 2025-03-26; later versions
+// never send one). Vigil judges messages one by one and matches answers back, so a batch
+// with a judged method is refused, and so is one it cannot read whole: its methods are
+// read as decoded strings ("tools\/call" is tools/call), never as raw bytes. The requests
+// in a relayed batch are in flight as any others, so their answers find them.
+func (s *Session) admitBatch(t []byte) Action {
+	var batch []json.RawMessage
+	if err := json.Unmarshal(t, &batch); err != nil {
+		return Action{Reply: parseError(err).reply(), Invalid: true}
+	}
+	invalid := func(msg string) Action {
+		return Action{Reply: errorResponse(nil, codeInvalidRequest, msg), Invalid: true}
+	}
+	if len(batch) == 0 {
+		return invalid("Invalid Request: an empty batch")
+	}
+	var reqs []string
+	for _, b := range batch {
+		m, rerr := read(b)
+		if rerr != nil {
+			return invalid("Vigil does not relay a batch it cannot read whole: " + rerr.msg)
+		}
+		f, _ := members(m.Params)
+		if judgedClientMethods[m.Method] || refusedTasks(&m, f) != nil {
+			return invalid("Vigil does not relay batches that contain tools/call, resources/read, prompts/get or tasks; send them one by one")
+		}
+		if m.isRequest() {
+			reqs = append(reqs, idKey(m.ID))
+		}
+	}
+	s.mu.Lock()
+	seen := map[string]bool{}
+	for _, k := range reqs {
+		if _, inFlight := s.fromClient[k]; inFlight || seen[k] {
+			s.mu.Unlock()
+			return Action{Reply: errorResponse(nil, codeInvalidRequest, errReusedID)}
+		}
+		seen[k] = true
+	}
+	if len(s.fromClient)+len(reqs) > s.cfg.MaxPending {
+		s.mu.Unlock()
+		return Action{Reply: errorResponse(nil, codeDenied, deniedText(errTooMany.Error()))}
+	}
+	for _, b := range batch {
+		m, _ := read(b)
+		switch {
+		case m.isRequest():
+			s.seq++
+			s.fromClient[idKey(m.ID)] = pendingReq{method: m.Method, seq: s.seq}
+		case m.isResponse():
+			delete(s.fromServer, idKey(m.ID))
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range batch {
+		if m, _ := read(b); m.Method == "notifications/cancelled" {
+			s.cancelled(m.Params)
+		}
+	}
+	return pass(t)
 }
 
 // FromServer handles a message from the server.
@@ -346,27 +562,37 @@ func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
 // admitServer is admitClient for a message from the server: judge, when not nil, is the
 // verdict on the answer to a judged request or on a judged request of the server's, and
 // a relay holds at most MaxPending of each at once. What needs no verdict is handled at
-// once, with ctx (a tools/list answer asks which tools to hide).
+// once, with ctx (a tools/list answer asks which tools to hide). Nothing reaches the client
+// that Vigil has not read: a message it cannot read (a batch too: servers of current
+// protocol versions never send one) and an answer to no request in flight (an id the
+// client never sent, a request answered or cancelled already, an event replayed on a
+// resumed stream) are dropped and logged, since they could carry a result no rule saw.
+// ctx ends when the client goes away: a verdict then awaited is abandoned, and its message
+// dropped.
 func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge func(context.Context) Action) {
-	m, ok := parse(msg)
-	if !ok {
-		return pass(msg), nil
+	m, rerr := read(msg)
+	if rerr != nil {
+		s.cfg.Logger.Warn("the MCP server sent a message Vigil cannot read; dropping it",
+			"session", s.id(), "err", rerr.msg)
+		return Action{}, nil
 	}
 	switch {
 	case m.isResponse():
-		id := string(m.ID)
+		id := idKey(m.ID)
 		s.mu.Lock()
 		p, ok := s.fromClient[id]
 		switch {
 		case !ok:
 			s.mu.Unlock()
-			return Action{Forward: msg, Answers: m.ID}, nil
+			s.cfg.Logger.Info("the MCP server answered a request that is not in flight; dropping the answer",
+				"session", s.id(), "request", string(m.ID))
+			return Action{}, nil
 		case p.answering:
 			// A second answer while the first is judged: passed on, it could reach the
 			// client first, unjudged. (Debug: the server decides how many it sends.)
 			s.mu.Unlock()
 			s.cfg.Logger.Debug("the MCP server answered a request twice; withholding the second answer",
-				"session", s.id(), "request", id)
+				"session", s.id(), "request", string(m.ID))
 			return Action{Answers: m.ID}, nil
 		}
 		if !judgedClientMethods[p.method] || len(m.Result) == 0 {
@@ -384,6 +610,9 @@ func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge 
 			s.mu.Lock()
 			delete(s.fromClient, id)
 			s.mu.Unlock()
+			if ctx.Err() != nil {
+				return Action{Answers: m.ID} // the client is gone: nothing goes to it
+			}
 			a.Answers = m.ID
 			return a
 		}
@@ -391,7 +620,7 @@ func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge 
 		judged := judgedServerMethods[m.Method]
 		s.mu.Lock()
 		if len(s.fromServer) < s.cfg.MaxPending {
-			s.fromServer[string(m.ID)] = m.Method
+			s.fromServer[idKey(m.ID)] = m.Method
 		}
 		if judged && s.serverJudging >= s.cfg.MaxPending {
 			s.mu.Unlock()
@@ -412,6 +641,9 @@ func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge 
 				s.mu.Unlock()
 			}()
 			out := s.judge(ctx, msg, "", false)
+			if ctx.Err() != nil {
+				return Action{} // the client is gone: the hold is abandoned, nothing relayed
+			}
 			switch out.Decision {
 			case "deny":
 				return Action{Reply: errorResponse(m.ID, codeDenied, deniedText(out.Message))}
@@ -430,10 +662,14 @@ func (s *Session) admitServer(ctx context.Context, msg []byte) (a Action, judge 
 func (s *Session) fromServerResponse(ctx context.Context, msg []byte, m *message, p pendingReq) Action {
 	switch p.method {
 	case "initialize":
-		if r, ok := members(m.Result); ok && len(r["serverInfo"]) > 0 {
+		r, ok := members(m.Result)
+		if ok && len(r["serverInfo"]) > 0 {
 			s.mu.Lock()
 			s.serverInfo = r["serverInfo"]
 			s.mu.Unlock()
+		}
+		if out, changed := withoutTasks(m, r); changed {
+			return Action{Forward: out, Changed: true}
 		}
 		return pass(msg)
 	case "tools/list":
@@ -468,20 +704,48 @@ func (s *Session) fromServerResponse(ctx context.Context, msg []byte, m *message
 	return pass(msg)
 }
 
+// withoutTasks returns the initialize answer m (its result's members r) without the
+// server's tasks capability, so that clients do not use tasks (errNoTasks); changed is
+// false when it had none.
+func withoutTasks(m *message, r map[string]json.RawMessage) (out []byte, changed bool) {
+	caps, ok := members(r["capabilities"])
+	if !ok {
+		return nil, false
+	}
+	if _, has := caps["tasks"]; !has {
+		return nil, false
+	}
+	delete(caps, "tasks")
+	var err error
+	if r["capabilities"], err = json.Marshal(caps); err != nil {
+		return nil, false
+	}
+	res, err := json.Marshal(r)
+	if err != nil {
+		return nil, false
+	}
+	out, err = json.Marshal(message{JSONRPC: "2.0", ID: m.ID, Result: res})
+	return out, err == nil
+}
+
 // cancelled ends the time in flight of the request a client's notifications/cancelled
 // names: the server need not answer it any more (MCP asks it not to), and the client
-// ignores an answer that comes anyway. One whose answer is being judged stays until its
+// ignores an answer that comes anyway. One waiting for its verdict is abandoned (a hold
+// too), so it never reaches the server. One whose answer is being judged stays until its
 // verdict.
 func (s *Session) cancelled(params json.RawMessage) {
 	f, ok := members(params)
 	if !ok || len(f["requestId"]) == 0 {
 		return
 	}
-	id := string(f["requestId"])
+	id := idKey(f["requestId"])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.fromClient[id]; ok && !p.answering {
 		delete(s.fromClient, id)
+		if p.cancel != nil {
+			p.cancel()
+		}
 	}
 }
 
@@ -491,7 +755,7 @@ func (s *Session) forget(id json.RawMessage) {
 		return
 	}
 	s.mu.Lock()
-	delete(s.fromClient, string(id))
+	delete(s.fromClient, idKey(id))
 	s.mu.Unlock()
 }
 
@@ -631,6 +895,11 @@ func (s *Session) judge(ctx context.Context, msg []byte, tool string, response b
 	}
 	out, err := s.cfg.Judge(ctx, params)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The client cancelled or left: not the guardian's failure, and no error policy
+			// applies (callers relay nothing once ctx is done).
+			return Outcome{Decision: "deny", Message: errCancelled}
+		}
 		return s.failed(err)
 	}
 	return out

@@ -56,9 +56,9 @@ func (l *lineWriter) line(b []byte) {
 // (which may wait for review) is awaited on a goroutine of its own, so the rest of the
 // traffic (other responses, notifications, the server's requests) keeps flowing, and
 // there are never more of those than requests s lets be in flight (MaxPending each way).
-// Every message is written whole. When the client's input ends, its messages still
-// waiting for a verdict are dropped (their holds abandoned) and the server's stdin is
-// closed; Relay returns when the server's output ends (or ctx is done), after the
+// Every message is written whole. When the client's input ends, every message still
+// waiting for a verdict, either way (a call, a result, a sampling or elicitation request),
+// is dropped (its hold abandoned) and the server's stdin is closed; Relay returns when the server's output ends (or ctx is done), after the
 // server's messages in flight are through.
 func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 	if maxLine <= 0 {
@@ -112,7 +112,10 @@ func Relay(ctx context.Context, s *Session, p Pipes, maxLine int) error {
 			send(a)
 			return
 		}
-		wg.Go(func() { send(judge(ctx)) })
+		// With the client's context: a result or a server's request held for review is
+		// abandoned once the client is gone, rather than keep the relay (and the wrapper)
+		// running until someone decides, then write to nobody.
+		wg.Go(func() { send(judge(clientCtx)) })
 	})
 	wg.Wait()
 	select {

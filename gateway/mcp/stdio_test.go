@@ -187,8 +187,9 @@ func TestStdioServerCrash(t *testing.T) {
 	_ = clientW.Close()
 }
 
-// Responses out of order, notifications and server requests in between, and lines that
-// are not JSON-RPC all reach the client as the server wrote them.
+// Responses out of order, notifications and server requests in between all reach the
+// client as the server wrote them; a line that is not JSON-RPC does not (Vigil cannot
+// judge it).
 func TestStdioTransparentAndOutOfOrder(t *testing.T) {
 	s := newStack(t, "", "http://127.0.0.1:1/mcp", Config{})
 	j := Remote(aos.NewClient(s.url + "/aos"))
@@ -230,16 +231,15 @@ func TestStdioTransparentAndOutOfOrder(t *testing.T) {
 			send(serverOut, l)
 		}
 	}()
+	want := append(append([]string{}, out[:2]...), out[3:]...)
 	var got []string
-	for range out {
+	for range want {
 		got = append(got, recv(fromRelay))
 	}
 	// The judged results may overtake each other; every line arrives whole and unchanged.
-	require.ElementsMatch(t, out, got)
+	require.ElementsMatch(t, want, got)
 	for _, l := range got {
-		if l != out[2] {
-			require.True(t, json.Valid([]byte(l)), l)
-		}
+		require.True(t, json.Valid([]byte(l)), l)
 	}
 	require.NoError(t, clientW.Close())
 	require.NoError(t, serverOut.Close())
