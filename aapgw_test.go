@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -171,4 +172,38 @@ func TestAAPSessionBelongsToCreatingKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	status, body = aapRequest(t, "DELETE", srv.URL+"/aap/demo/sessions/"+second, k1, "")
 	require.Equal(t, http.StatusNoContent, status, body)
+}
+
+// With --default-decision deny the opening step is decided like any other: refused until a
+// rule allows it, and the rule docs/aap.md gives lets keyed clients open sessions again.
+func TestAAPOpeningUnderDefaultDeny(t *testing.T) {
+	up := httptest.NewServer(aaptest.New())
+	defer up.Close()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "vigil.db")
+	k1 := aapKey(t, db, "k1")
+	for _, c := range []struct {
+		name, rules string
+		want        int
+	}{
+		{"no rule", "rules: []\n", http.StatusForbidden},
+		{"the documented rule", `rules:
+  - id: aap-open
+    when: 'kind == "trigger" && params.trigger.event.type == "aap.session.open"'
+    action: allow
+`, http.StatusCreated},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(dir, "rules.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(c.rules), 0o600))
+			cfg := testConfig(t, db)
+			cfg.DefaultDecision, cfg.RulesFile = "deny", file
+			require.NoError(t, cfg.AAP.Set("demo="+up.URL))
+			srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+			status, body := aapRequest(t, "POST", srv.URL+"/aap/demo/sessions", k1, `{"agent":{"name":"guarded-agent"}}`)
+			require.Equal(t, c.want, status, body)
+		})
+	}
 }

@@ -206,3 +206,32 @@ func TestAbandonedHoldStaysDenied(t *testing.T) {
 	require.Contains(t, string(sent[len(sent)-1]), `"granted":false`)
 	require.NotContains(t, string(sent[len(sent)-1]), `"granted":true`)
 }
+
+// A client's own tool result for a call whose denial Vigil still owes is dropped: the
+// upstream gets Vigil's answer for the call, once, and not a result of the client's beside it.
+func TestInterruptedHoldDropsClientToolResult(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, func(o *aap.Options) { o.MaxSessions = 1 })
+			holding := h.holdDeletes()
+			id := h.session()
+			h.interruptedTurn(id, mode, holding)
+
+			resp, body := h.do("POST", "/sessions/"+id+"/turns",
+				`{"stream":"message","messages":[{"role":"tool","toolCallId":"call_delete_2","content":"deleted it myself"}]}`)
+			require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			turns := h.upstream.Turns()
+			var sent []struct {
+				Role       string `json:"role"`
+				ToolCallID string `json:"toolCallId"`
+				Granted    bool   `json:"granted"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(field(t, turns[len(turns)-1], "messages")), &sent))
+			require.Len(t, sent, 1, "only Vigil's answer goes up: %s", turns[len(turns)-1])
+			require.Equal(t, "tool_permission", sent[0].Role)
+			require.Equal(t, "call_delete_2", sent[0].ToolCallID)
+			require.False(t, sent[0].Granted)
+			require.NotContains(t, turns[len(turns)-1], "deleted it myself")
+		})
+	}
+}

@@ -364,7 +364,8 @@ func (t *turn) run(tr *turnRequest) {
 	out = append(out, s.pending...)
 	// Vigil answers every server tool's permission itself (the upstream is told that no tool
 	// is trusted), so a client's own permission never decides: one for a call Vigil
-	// answered is dropped, and any other goes up as a refusal (unjudgedPermission).
+	// answered is dropped, and any other goes up as a refusal (unjudgedPermission). A
+	// client's tool result for a call Vigil answered is dropped too.
 	answered := make(map[string]bool, len(s.answered)+len(s.pending))
 	for id := range s.answered {
 		answered[id] = true
@@ -393,6 +394,13 @@ func (t *turn) run(tr *turnRequest) {
 				m = m.withContent(m.content.withTexts(texts))
 			}
 		case "tool":
+			if answered[m.toolCallID] {
+				// Vigil answered this call itself (a denial, or a permission): the client's
+				// own result for it would be a second answer, and what a denial withheld.
+				t.g.log.Info("aap: dropped a client's tool result for a call Vigil answered",
+					"session", s.vigilID, "toolCallId", m.toolCallID)
+				continue
+			}
 			v, err := t.decide(t.st.toolResultStep(t.now(), m.toolCallID, m.content))
 			if err != nil {
 				t.fail(err)
