@@ -124,7 +124,7 @@ func (g *Guardian) previewOne(r *http.Request, msg json.RawMessage) json.RawMess
 	if res.Message == "" {
 		res.Message = defaultMessage(res.Decision)
 	}
-	b, err := marshalAnswer(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	b, err := aos.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
 	if err != nil {
 		g.log.Error("aos preview: encode", "err", err)
 		return errorResponse(step.ID, &aos.Error{Code: aos.CodeInternalError, Message: "internal error"})

@@ -320,27 +320,12 @@ func errorResponse(id json.RawMessage, e *aos.Error) json.RawMessage {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	b, err := marshalAnswer(aos.Response{JSONRPC: "2.0", ID: id, Error: e})
+	b, err := aos.Marshal(aos.Response{JSONRPC: "2.0", ID: id, Error: e})
 	if err != nil {
 		// Only a Data value that cannot be encoded gets here; drop it rather than fail.
-		b, _ = marshalAnswer(aos.Response{JSONRPC: "2.0", ID: id, Error: &aos.Error{Code: e.Code, Message: e.Message}})
+		b, _ = aos.Marshal(aos.Response{JSONRPC: "2.0", ID: id, Error: &aos.Error{Code: e.Code, Message: e.Message}})
 	}
 	return b
-}
-
-// marshalAnswer encodes a JSON-RPC answer as json.Marshal does, but without HTML escaping:
-// json.Marshal rewrites each <, > and & of a json.RawMessage too, so an id "<&>" would come
-// back as "\u003c\u0026\u003e", and AOS ids are echoed byte for byte. The answers are JSON
-// for agents, never inlined in HTML.
-func marshalAnswer(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	// Encode ends the value with a newline, which a batch's array would carry inside it.
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func writeRPC(w http.ResponseWriter, status int, body []byte) {
@@ -379,7 +364,7 @@ func (g *Guardian) ping(step *aos.Step) (json.RawMessage, error) {
 		return nil, nil
 	}
 	res := aos.PingResult{Status: "connected", Version: g.cfg.Version, Timestamp: g.now().UTC().Format(time.RFC3339Nano)}
-	b, err := marshalAnswer(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	b, err := aos.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
 	if err != nil {
 		return nil, fmt.Errorf("encode ping: %w", err)
 	}
@@ -424,7 +409,7 @@ func (g *Guardian) response(step *aos.Step, v Verdict, meta *RequestMeta) (json.
 	if b, ok := appendResult(nil, step.ID, res); ok {
 		return b, nil
 	}
-	b, err := marshalAnswer(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
+	b, err := aos.Marshal(aos.Response{JSONRPC: "2.0", ID: step.ID, Result: res})
 	if err != nil {
 		return nil, fmt.Errorf("encode response: %w", err)
 	}
@@ -433,7 +418,7 @@ func (g *Guardian) response(step *aos.Step, v Verdict, meta *RequestMeta) (json.
 
 // appendResult appends the response carrying res, byte for byte as encoding/json writes
 // it, for the usual answer: an id json.Marshal would copy unchanged, no modified request, at
-// most a ruleId in data. It reports false for anything else, which marshalAnswer encodes.
+// most a ruleId in data. It reports false for anything else, which aos.Marshal encodes.
 // Encoding every answer by reflection cost a microsecond and a dozen allocations.
 func appendResult(b []byte, id json.RawMessage, res aos.Result) ([]byte, bool) {
 	if res.ModifiedRequest != nil || len(res.Data) > 1 || !plainID(id) {

@@ -155,14 +155,14 @@ func nonNil(xs []string) []string {
 func (c *Client) call(ctx context.Context, method string, params, out any) error {
 	var raw json.RawMessage
 	if params != nil {
-		b, err := marshal(params)
+		b, err := Marshal(params)
 		if err != nil {
 			return fmt.Errorf("aos: encode %s params: %w", method, err)
 		}
 		raw = b
 	}
 	id := json.RawMessage(strconv.FormatInt(c.nextID.Add(1), 10))
-	body, err := marshal(Request{JSONRPC: "2.0", ID: id, Method: method, Params: raw})
+	body, err := Marshal(Request{JSONRPC: "2.0", ID: id, Method: method, Params: raw})
 	if err != nil {
 		return fmt.Errorf("aos: encode %s request: %w", method, err)
 	}
@@ -186,12 +186,13 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	return rr.decode(method, out)
 }
 
-// marshal is json.Marshal without HTML escaping: json.Marshal sends each <, > and & as a
-// 6-byte \u003c, so a tool output full of HTML could grow past the guardian's --max-body
-// (which counts the bytes sent) though the step itself is well under it. The MarshalJSON
-// methods of the parts (TextPart, ToolCallResult, …) use it too: an encoder copies what
-// they return as it is, escapes included.
-func marshal(v any) ([]byte, error) {
+// Marshal is json.Marshal without HTML escaping. json.Marshal sends each <, > and & as a
+// 6-byte \u003c: a tool output full of HTML could grow past the guardian's --max-body
+// (which counts the bytes sent) though the step itself is well under it, and an id "<&>"
+// would not come back byte for byte. The client, the guardian's answers and the MarshalJSON
+// methods of the parts (TextPart, ToolCallResult, …) use it: an encoder copies what they
+// return as it is, escapes included.
+func Marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -258,7 +259,7 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 	reqs := make([]Request, len(params))
 	at := make(map[string]int, len(params))
 	for i, p := range params {
-		raw, err := marshal(p)
+		raw, err := Marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("aos: encode %s params: %w", method, err)
 		}
@@ -266,7 +267,7 @@ func (c *Client) CallBatch(ctx context.Context, method string, params []any) ([]
 		reqs[i] = Request{JSONRPC: "2.0", ID: json.RawMessage(id), Method: method, Params: raw}
 		at[id] = i
 	}
-	body, err := marshal(reqs)
+	body, err := Marshal(reqs)
 	if err != nil {
 		return nil, fmt.Errorf("aos: encode %s batch: %w", method, err)
 	}

@@ -79,7 +79,7 @@ func FuzzMarshal(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		b, err := marshal(map[string]any{"text": s, "part": TextPart{Text: s}})
+		b, err := Marshal(map[string]any{"text": s, "part": TextPart{Text: s}})
 		require.NoError(t, err)
 		require.True(t, json.Valid(b), "%q", b)
 		if !strings.Contains(s, `\`) {

@@ -156,7 +156,7 @@ func (DataPart) PartKind() string { return "data" }
 // MarshalJSON adds the kind discriminator.
 func (p TextPart) MarshalJSON() ([]byte, error) {
 	type wire TextPart
-	return marshal(struct {
+	return Marshal(struct {
 		Kind string `json:"kind"`
 		wire
 	}{"text", wire(p)})
@@ -165,7 +165,7 @@ func (p TextPart) MarshalJSON() ([]byte, error) {
 // MarshalJSON adds the kind discriminator.
 func (p FilePart) MarshalJSON() ([]byte, error) {
 	type wire FilePart
-	return marshal(struct {
+	return Marshal(struct {
 		Kind string `json:"kind"`
 		wire
 	}{"file", wire(p)})
@@ -174,7 +174,7 @@ func (p FilePart) MarshalJSON() ([]byte, error) {
 // MarshalJSON adds the kind discriminator.
 func (p DataPart) MarshalJSON() ([]byte, error) {
 	type wire DataPart
-	return marshal(struct {
+	return Marshal(struct {
 		Kind string `json:"kind"`
 		wire
 	}{"data", wire(p)})
@@ -250,7 +250,7 @@ func (SiteSource) SourceKind() string { return "site" }
 // MarshalJSON adds the kind discriminator.
 func (s FileSource) MarshalJSON() ([]byte, error) {
 	type wire FileSource
-	return marshal(struct {
+	return Marshal(struct {
 		Kind string `json:"kind"`
 		wire
 	}{"file", wire(s)})
@@ -259,7 +259,7 @@ func (s FileSource) MarshalJSON() ([]byte, error) {
 // MarshalJSON adds the kind discriminator.
 func (s SiteSource) MarshalJSON() ([]byte, error) {
 	type wire SiteSource
-	return marshal(struct {
+	return Marshal(struct {
 		Kind string `json:"kind"`
 		wire
 	}{"site", wire(s)})
@@ -342,5 +342,5 @@ func (r ToolCallResult) MarshalJSON() ([]byte, error) {
 	if r.Outputs == nil {
 		r.Outputs = []TextPart{}
 	}
-	return marshal(wire(r))
+	return Marshal(wire(r))
 }

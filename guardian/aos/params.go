@@ -89,14 +89,14 @@ type MCPParams struct {
 // MarshalJSON sends the layout the params were received in.
 func (p MCPParams) MarshalJSON() ([]byte, error) {
 	if p.Inline {
-		return marshal(p.Message)
+		return Marshal(p.Message)
 	}
 	type wire struct {
 		Message   json.RawMessage `json:"message"`
 		Reasoning string          `json:"reasoning,omitempty"`
 		Meta      map[string]any  `json:"_meta,omitempty"`
 	}
-	return marshal(wire{p.Message, p.Reasoning, p.Meta})
+	return Marshal(wire{p.Message, p.Reasoning, p.Meta})
 }
 
 // A2AParams are the params of an A2A step (§4.7). Three layouts are accepted (ERRATA 7):
@@ -134,20 +134,20 @@ type A2AParams struct {
 func (p A2AParams) MarshalJSON() ([]byte, error) {
 	switch {
 	case p.Inline:
-		return marshal(p.Message)
+		return Marshal(p.Message)
 	case p.Native:
 		type wire struct {
 			Payload   json.RawMessage `json:"payload"`
 			Context   map[string]any  `json:"context,omitempty"`
 			Reasoning string          `json:"reasoning,omitempty"`
 		}
-		return marshal(wire{p.Message, p.Context, p.Reasoning})
+		return Marshal(wire{p.Message, p.Context, p.Reasoning})
 	}
 	type wire struct {
 		Message   json.RawMessage `json:"message"`
 		Reasoning string          `json:"reasoning,omitempty"`
 	}
-	return marshal(wire{p.Message, p.Reasoning})
+	return Marshal(wire{p.Message, p.Reasoning})
 }
 
 // PingParams are the params of ping (§4.9). The text puts timestamp in params, the schema
