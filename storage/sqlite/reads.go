@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 )
 
 // readStmts are the reads the guardian runs on a step's path, prepared once on the read
@@ -17,22 +16,11 @@ type readStmts struct {
 }
 
 func (s *readStmts) prepare(ctx context.Context, db *sql.DB) error {
-	for _, p := range []struct {
-		dst **sql.Stmt
-		sql string
-	}{
+	return prepareAll(ctx, db, s.close, []stmtSpec{
 		{&s.session, `SELECT ` + sessionColumns + ` FROM sessions s WHERE s.id = ?`},
 		{&s.recentSteps, `SELECT ` + historyColumns + ` FROM steps
 			WHERE session_id = ? ORDER BY seq DESC LIMIT ?`},
-	} {
-		st, err := db.PrepareContext(ctx, p.sql)
-		if err != nil {
-			s.close()
-			return fmt.Errorf("prepare %q: %w", p.sql, err)
-		}
-		*p.dst = st
-	}
-	return nil
+	})
 }
 
 func (s *readStmts) close() {

@@ -65,10 +65,7 @@ type writeStmts struct {
 }
 
 func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
-	for _, p := range []struct {
-		dst **sql.Stmt
-		sql string
-	}{
+	return prepareAll(ctx, db, s.close, []stmtSpec{
 		{&s.savepoint, "SAVEPOINT op"},
 		{&s.release, "RELEASE op"},
 		{&s.rollbackTo, "ROLLBACK TO op"},
@@ -77,10 +74,22 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.insertMarker, sqlInsertMarker},
 		{&s.insertStep, sqlInsertStep},
 		{&s.upsertSession, sqlUpsertSession},
-	} {
+	})
+}
+
+// stmtSpec is a statement to prepare and where to keep it.
+type stmtSpec struct {
+	dst **sql.Stmt
+	sql string
+}
+
+// prepareAll prepares every statement of specs on db; on a failure it calls closeAll
+// (which closes those prepared so far) and names the statement.
+func prepareAll(ctx context.Context, db *sql.DB, closeAll func(), specs []stmtSpec) error {
+	for _, p := range specs {
 		st, err := db.PrepareContext(ctx, p.sql)
 		if err != nil {
-			s.close()
+			closeAll()
 			return fmt.Errorf("prepare %q: %w", p.sql, err)
 		}
 		*p.dst = st
