@@ -111,15 +111,8 @@ func TestInterruptedHoldDeniesClientPermission(t *testing.T) {
 				resp, body := h.do("POST", "/sessions/"+id+"/turns",
 					`{"stream":"message","messages":[{"role":"tool_permission","toolCallId":"call_delete_2","granted":true}]}`)
 				require.Equal(t, http.StatusOK, resp.StatusCode, body)
-				turns := h.upstream.Turns()
-				var sent []struct {
-					Role       string `json:"role"`
-					ToolCallID string `json:"toolCallId"`
-					Granted    bool   `json:"granted"`
-					Reason     string `json:"reason"`
-				}
-				require.NoError(t, json.Unmarshal([]byte(field(t, turns[len(turns)-1], "messages")), &sent))
-				require.Len(t, sent, 1, "the client's permission was dropped or replaced: %s", turns[len(turns)-1])
+				sent, turn := h.lastMessages(t)
+				require.Len(t, sent, 1, "the client's permission was dropped or replaced: %s", turn)
 				require.Equal(t, "tool_permission", sent[0].Role)
 				require.Equal(t, "call_delete_2", sent[0].ToolCallID)
 				require.False(t, sent[0].Granted)
@@ -220,18 +213,31 @@ func TestInterruptedHoldDropsClientToolResult(t *testing.T) {
 			resp, body := h.do("POST", "/sessions/"+id+"/turns",
 				`{"stream":"message","messages":[{"role":"tool","toolCallId":"call_delete_2","content":"deleted it myself"}]}`)
 			require.Equal(t, http.StatusOK, resp.StatusCode, body)
-			turns := h.upstream.Turns()
-			var sent []struct {
-				Role       string `json:"role"`
-				ToolCallID string `json:"toolCallId"`
-				Granted    bool   `json:"granted"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(field(t, turns[len(turns)-1], "messages")), &sent))
-			require.Len(t, sent, 1, "only Vigil's answer goes up: %s", turns[len(turns)-1])
+			sent, turn := h.lastMessages(t)
+			require.Len(t, sent, 1, "only Vigil's answer goes up: %s", turn)
 			require.Equal(t, "tool_permission", sent[0].Role)
 			require.Equal(t, "call_delete_2", sent[0].ToolCallID)
 			require.False(t, sent[0].Granted)
-			require.NotContains(t, turns[len(turns)-1], "deleted it myself")
+			require.NotContains(t, turn, "deleted it myself")
 		})
 	}
+}
+
+// sentMessage is a message of a turn the upstream received.
+type sentMessage struct {
+	Role       string `json:"role"`
+	ToolCallID string `json:"toolCallId"`
+	Granted    bool   `json:"granted"`
+	Reason     string `json:"reason"`
+}
+
+// lastMessages are the messages of the last turn the upstream received, and that turn.
+func (h *harness) lastMessages(t *testing.T) ([]sentMessage, string) {
+	t.Helper()
+	turns := h.upstream.Turns()
+	require.NotEmpty(t, turns)
+	last := turns[len(turns)-1]
+	var sent []sentMessage
+	require.NoError(t, json.Unmarshal([]byte(field(t, last, "messages")), &sent))
+	return sent, string(last)
 }
