@@ -158,6 +158,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		Logger:         log,
 		Authorize:      az.AuthorizeRequest,
 		AuthEpoch:      az.Epoch,
+		SignInsChanged: az.SignInsChanged,
 		// Live connections are capped per signed-in operator, else per client address.
 		MaxClients:            cfg.MaxLiveClients,
 		MaxClientsPerIdentity: cfg.MaxLivePerClient,

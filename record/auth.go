@@ -25,6 +25,16 @@ const (
 	AuditLogout       = "auth.logout"
 )
 
+// EndsSignIns reports whether an audit entry of type typ may have ended console sign-ins:
+// a logout, an account removed, a password changed.
+func EndsSignIns(typ string) bool {
+	switch typ {
+	case AuditUserRemoved, AuditUserPassword, AuditLogout:
+		return true
+	}
+	return false
+}
+
 // APIKey is an agent's API key as stored. The key text itself is never stored: Hash is its
 // SHA-256, which is what a presented key is looked up by.
 type APIKey struct {

@@ -248,6 +248,10 @@ func (a *Auth) emit(ev record.Event) {
 	}
 }
 
+// SignInsChanged moves Epoch for a change made elsewhere (another process, another
+// replica) that may have ended a sign-in, which this Auth learns of from its audit event.
+func (a *Auth) SignInsChanged() { a.epoch.Add(1) }
+
 // Epoch changes whenever a sign-in may have ended (a logout, an account removed, a password
 // changed, and any other change to accounts, keys and sign-ins): the live stream authorizes
 // its connections again when it moves (live.Options.AuthEpoch).

@@ -91,6 +91,11 @@ type Options struct {
 	// AuthEpoch, when set, changes whenever a sign-in may have ended (a logout, an account
 	// removed, a password changed).
 	AuthEpoch func() uint64
+	// SignInsChanged, when set, is called before the hub sends an audit event of an account's
+	// sign-ins ending (record.EndsSignIns), so that AuthEpoch moves first: such a change made
+	// by another process (`vigil users remove` beside the guardian, another replica) reaches
+	// this one only as its audit event, and a stream must not outlive the sign-in.
+	SignInsChanged func()
 }
 
 // Counters are the hub's running totals, for stats and logs.
@@ -320,9 +325,23 @@ func (h *Hub) Publish(ev record.Event) {
 			return
 		}
 	}
+	h.observe(ev)
 	// Encoding here spreads the work over the publishers instead of the hub goroutine,
 	// and copies the payload so the caller may reuse it.
 	h.send(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})
+}
+
+// observe calls SignInsChanged for an audit event that ends sign-ins, before it is sent.
+func (h *Hub) observe(ev record.Event) {
+	if h.opts.SignInsChanged == nil || ev.Type != record.EventAudit {
+		return
+	}
+	var e struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(ev.Payload, &e) == nil && record.EndsSignIns(e.Type) {
+		h.opts.SignInsChanged()
+	}
 }
 
 // PublishStep publishes a stored step's event, its payload the record. The record is
@@ -576,6 +595,9 @@ func (l *loop) fill(ctx context.Context, target int64) error {
 			if ev.Seq <= l.head {
 				continue
 			}
+			// Events another process stored reach the hub here (audit entries written beside
+			// the guardian, which it stores from their outbox).
+			l.hub.observe(ev)
 			l.deliver(frame{seq: ev.Seq, session: ev.SessionID, data: encodeEvent(ev)})
 			l.head = ev.Seq
 		}
