@@ -23,10 +23,20 @@ func runDesktop(args []string, stdout, stderr io.Writer) int {
 	}
 	return launch("vigil", args, stdout, stderr, "; opening the console window",
 		func(ctx context.Context, srv *server, log *slog.Logger) error {
-			err := app.Run(ctx, app.Options{URL: loopbackURL(srv.URL) + "/", Title: "Vigil", Logger: log, HoldNotifications: true})
+			err := app.Run(ctx, desktopOptions(srv, log))
 			log.Info("window closed")
 			return err
 		})
+}
+
+// desktopOptions are the window's options for the running guardian srv. The window's
+// notifications take held steps from the guardian's event bus: this process is the
+// guardian, so it needs no operator sign-in to see them, as the live websocket would in
+// team mode.
+func desktopOptions(srv *server, log *slog.Logger) app.Options {
+	holds := app.NewHoldFeed()
+	srv.repl.bus.Subscribe(holds)
+	return app.Options{URL: loopbackURL(srv.URL) + "/", Title: "Vigil", Logger: log, Holds: holds}
 }
 
 // loopbackURL is the URL the window loads: the guardian's own port on 127.0.0.1, even when

@@ -46,10 +46,10 @@ type Options struct {
 	Logger *slog.Logger
 	// OnShutdown is called once, after the window has closed and before Run returns.
 	OnShutdown func()
-	// HoldNotifications makes the shell watch URL's /api/live stream and raise a native
-	// desktop notification for every new held step (the page's own Notification API is
-	// not granted inside the webview).
-	HoldNotifications bool
+	// Holds, when set, makes the shell raise a native desktop notification for every
+	// held step it carries (the page's own Notification API is not granted inside the
+	// webview). The caller subscribes it to the guardian's event bus.
+	Holds *HoldFeed
 }
 
 // DisplayAvailable reports whether a window can be shown: on Linux and the BSDs that
@@ -69,12 +69,12 @@ func displayAvailable(goos string, getenv func(string) string) bool {
 
 // config is Options checked and filled with defaults.
 type config struct {
-	url               *url.URL
-	title             string
-	width, height     int
-	logger            *slog.Logger
-	onShutdown        func()
-	holdNotifications bool
+	url           *url.URL
+	title         string
+	width, height int
+	logger        *slog.Logger
+	onShutdown    func()
+	holds         *HoldFeed
 }
 
 func (o Options) config() (config, error) {
@@ -83,13 +83,13 @@ func (o Options) config() (config, error) {
 		return config{}, err
 	}
 	c := config{
-		url:               u,
-		title:             o.Title,
-		width:             o.Width,
-		height:            o.Height,
-		logger:            o.Logger,
-		onShutdown:        o.OnShutdown,
-		holdNotifications: o.HoldNotifications,
+		url:        u,
+		title:      o.Title,
+		width:      o.Width,
+		height:     o.Height,
+		logger:     o.Logger,
+		onShutdown: o.OnShutdown,
+		holds:      o.Holds,
 	}
 	if c.title == "" {
 		c.title = "Vigil"
@@ -209,11 +209,11 @@ func run(ctx context.Context, opts Options, tk toolkit) error {
 				case <-closed:
 				}
 			}()
-			if cfg.holdNotifications {
+			if cfg.holds != nil {
 				watchers.Add(1)
 				go func() {
 					defer watchers.Done()
-					watchHolds(life, cfg.url, c, cfg.logger)
+					cfg.holds.Watch(life, c.Notify, cfg.logger)
 				}()
 			}
 		},

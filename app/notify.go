@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
-	"time"
+	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/gorilla/websocket"
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // Notification is a native desktop notification.
@@ -27,28 +24,15 @@ type Notification struct {
 // service (no session bus, no daemon), so every further attempt would fail too.
 var errNotificationsUnavailable = errors.New("desktop notifications are unavailable")
 
-type notifier interface {
-	Notify(ctx context.Context, n Notification) error
-}
-
-// Reconnect pacing and message bounds of the live-stream watcher.
 const (
-	watchMinBackoff = 500 * time.Millisecond
-	watchMaxBackoff = 30 * time.Second
-	watchReadLimit  = 64 << 20 // a step event carries the whole request and response
-	notifyBodyMax   = 240      // runes; notification popups show a few lines at most
+	// holdFeedSize bounds the held steps waiting for a notification. Holds wait for a
+	// person, so more than a screenful at once is a flood, and the newest matter most.
+	holdFeedSize  = 64
+	notifyBodyMax = 240 // runes; notification popups show a few lines at most
 )
 
-// liveEvent is the part of a /api/live frame the watcher reads.
-type liveEvent struct {
-	Seq       int64           `json:"seq"`
-	Type      string          `json:"type"`
-	SessionID string          `json:"sessionId"`
-	Payload   json.RawMessage `json:"payload"`
-}
-
-// liveHold is the part of a hold object a notification shows.
-type liveHold struct {
+// heldStep is the part of a hold.created payload (record.Hold) a notification shows.
+type heldStep struct {
 	ID        string `json:"id"`
 	SessionID string `json:"sessionId"`
 	Method    string `json:"method"`
@@ -57,109 +41,95 @@ type liveHold struct {
 	Message   string `json:"message"`
 }
 
-// watchHolds follows the guardian's live stream at base and raises a notification for
-// every hold.created event until ctx is done or notifications turn out unavailable. It
-// reconnects with ?after= the last seen seq, so a hold created while the stream was down
-// is still announced.
-func watchHolds(ctx context.Context, base *url.URL, n notifier, logger *slog.Logger) {
+// HoldFeed carries new held steps from the guardian's event bus to the window's
+// notification watcher. The window runs in the guardian's own process, so it takes the
+// events in process: the live websocket would need an operator's sign-in once team mode
+// has accounts, and the shell has none.
+//
+// HoldFeed is a bus subscriber (guardian/bus.Subscriber). Publish runs on the bus's
+// delivery goroutine, or on the publisher's, so it never blocks: when the watcher falls
+// behind (a notification daemon that hangs), the oldest waiting hold is dropped and
+// counted, and the watcher logs the count.
+type HoldFeed struct {
+	ch      chan heldStep
+	dropped atomic.Int64
+}
+
+// NewHoldFeed returns an empty feed; subscribe it to the guardian's bus and pass it as
+// Options.Holds.
+func NewHoldFeed() *HoldFeed {
+	return &HoldFeed{ch: make(chan heldStep, holdFeedSize)}
+}
+
+// Publish queues the held step of a hold.created event and ignores every other event.
+// The payload is decoded here rather than queued, so a full queue holds a few short
+// strings, not the held requests (which may be megabytes each).
+func (f *HoldFeed) Publish(ev record.Event) {
+	if ev.Type != record.EventHoldCreated {
+		return
+	}
+	var h heldStep
+	if err := json.Unmarshal(ev.Payload, &h); err != nil {
+		return // not a hold this shell can describe; the console still lists it
+	}
+	if h.SessionID == "" {
+		h.SessionID = ev.SessionID
+	}
+	for {
+		select {
+		case f.ch <- h:
+			return
+		default:
+		}
+		// Full: make room by dropping the oldest. Another publisher or the watcher may
+		// take the freed slot first; then try again.
+		select {
+		case <-f.ch:
+			f.dropped.Add(1)
+		default:
+		}
+	}
+}
+
+// PublishStep ignores stored steps: only holds raise notifications.
+func (f *HoldFeed) PublishStep(*record.StepRecord) {}
+
+// Watch raises a notification through notify for every held step the feed carries, until
+// ctx is done or notify reports that the desktop has no notification service; then it
+// logs "hold notifications off" once and returns. Run calls it for the window.
+func (f *HoldFeed) Watch(ctx context.Context, notify func(context.Context, Notification) error, logger *slog.Logger) {
 	logger = logger.With("component", "hold-notifications")
-	var after int64
-	backoff := watchMinBackoff
-	for ctx.Err() == nil {
-		connected, err := followLive(ctx, base, &after, n)
-		if errors.Is(err, errNotificationsUnavailable) {
-			logger.Warn("hold notifications off", "err", err)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if connected {
-			backoff = watchMinBackoff
-		}
-		logger.Debug("live stream interrupted", "err", err, "retryIn", backoff)
-		t := time.NewTimer(backoff)
+	// The first failure is a warning, so a desktop whose notification daemon refuses
+	// every popup says so once at the default level; repeats would only add noise.
+	failed := false
+	for {
+		var h heldStep
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case h = <-f.ch:
 		}
-		backoff = min(backoff*2, watchMaxBackoff)
-	}
-}
-
-// followLive reads one websocket connection to the end. connected reports whether the
-// dial succeeded, so the caller resets its backoff only after real progress.
-func followLive(ctx context.Context, base *url.URL, after *int64, n notifier) (connected bool, err error) {
-	wsURL, origin := liveURL(base, *after)
-	hdr := http.Header{}
-	hdr.Set("Origin", origin)
-	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, wsURL, hdr)
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close()
-	}
-	if err != nil {
-		return false, fmt.Errorf("dial %s: %w", wsURL, err)
-	}
-	defer func() { _ = conn.Close() }()
-	conn.SetReadLimit(watchReadLimit)
-
-	// Closing the connection is the only way to interrupt a blocked read.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer stop()
-
-	for {
-		_, data, err := conn.ReadMessage()
-		if err != nil {
-			return true, fmt.Errorf("read %s: %w", wsURL, err)
+		if n := f.dropped.Swap(0); n > 0 {
+			logger.Warn("hold notifications dropped", "count", n)
 		}
-		var ev liveEvent
-		if err := json.Unmarshal(data, &ev); err != nil {
-			continue // not an event this watcher understands
-		}
-		if ev.Seq > *after {
-			*after = ev.Seq
-		}
-		if ev.Type != "hold.created" {
-			continue
-		}
-		var h liveHold
-		if err := json.Unmarshal(ev.Payload, &h); err != nil {
-			continue
-		}
-		if h.SessionID == "" {
-			h.SessionID = ev.SessionID
-		}
-		if err := n.Notify(ctx, holdNotification(h)); errors.Is(err, errNotificationsUnavailable) {
-			return true, err
+		err := notify(ctx, holdNotification(h))
+		switch {
+		case errors.Is(err, errNotificationsUnavailable):
+			logger.Warn("hold notifications off", "err", err)
+			return
+		case err != nil:
+			level := slog.LevelWarn
+			if failed {
+				level = slog.LevelDebug
+			}
+			failed = true
+			logger.Log(ctx, level, "hold notification not shown", "hold", h.ID, "err", err)
 		}
 	}
-}
-
-// liveURL is base's /api/live as a websocket URL, plus the Origin the guardian accepts
-// (its own).
-func liveURL(base *url.URL, after int64) (wsURL, origin string) {
-	u := *base
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/live"
-	u.RawPath = ""
-	u.Fragment = ""
-	q := url.Values{}
-	if after > 0 {
-		q.Set("after", strconv.FormatInt(after, 10))
-	}
-	u.RawQuery = q.Encode()
-	origin = u.Scheme + "://" + u.Host
-	if u.Scheme == "https" {
-		u.Scheme = "wss"
-	} else {
-		u.Scheme = "ws"
-	}
-	return u.String(), origin
 }
 
 // holdNotification words a held step for a notification popup.
-func holdNotification(h liveHold) Notification {
+func holdNotification(h heldStep) Notification {
 	what := h.Tool
 	if what == "" {
 		what = h.Method

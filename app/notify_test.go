@@ -1,73 +1,20 @@
 package app
 
 import (
+	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/record"
 )
-
-// fakeGuardian serves /api/live: each connection gets the next script of frames, then
-// is closed, except the last, which stays open until the client leaves.
-type fakeGuardian struct {
-	t       *testing.T
-	scripts [][]string
-
-	mu      sync.Mutex
-	conns   int
-	afters  []string
-	origins []string
-}
-
-func (g *fakeGuardian) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/api/live" {
-		http.NotFound(w, r)
-		return
-	}
-	up := websocket.Upgrader{CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "http://"+r.Host }}
-	c, err := up.Upgrade(w, r, nil)
-	if err != nil {
-		return
-	}
-	defer func() { _ = c.Close() }()
-	g.mu.Lock()
-	n := g.conns
-	g.conns++
-	g.afters = append(g.afters, r.URL.Query().Get("after"))
-	g.origins = append(g.origins, r.Header.Get("Origin"))
-	g.mu.Unlock()
-
-	last := n >= len(g.scripts)-1
-	if n >= len(g.scripts) {
-		n = len(g.scripts) - 1
-	}
-	for _, f := range g.scripts[n] {
-		if err := c.WriteMessage(websocket.TextMessage, []byte(f)); err != nil {
-			return
-		}
-	}
-	if last {
-		// Hold the connection open until the client goes away.
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}
-}
-
-func (g *fakeGuardian) seen() (afters, origins []string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.afters...), append([]string(nil), g.origins...)
-}
 
 func waitNoted(t *testing.T, w *fakeWindow, n int) []Notification {
 	t.Helper()
@@ -83,17 +30,23 @@ func waitNoted(t *testing.T, w *fakeWindow, n int) []Notification {
 	return notes
 }
 
-func startWatch(t *testing.T, base string, n notifier) (cancel func(), done <-chan struct{}) {
+// startWatch runs feed.Watch for w until the returned cancel; done closes when Watch
+// returns, and log holds what it logged (read it only after done).
+func startWatch(t *testing.T, feed *HoldFeed, w *fakeWindow) (cancel func(), done <-chan struct{}, log *bytes.Buffer) {
 	t.Helper()
-	u, err := url.Parse(base + "/")
-	require.NoError(t, err)
+	log = &bytes.Buffer{}
+	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancelCtx := context.WithCancel(context.Background())
 	d := make(chan struct{})
 	go func() {
 		defer close(d)
-		watchHolds(ctx, u, n, quietLogger())
+		feed.Watch(ctx, w.Notify, logger)
 	}()
-	return cancelCtx, d
+	t.Cleanup(func() {
+		cancelCtx()
+		<-d
+	})
+	return cancelCtx, d, log
 }
 
 func waitDone(t *testing.T, done <-chan struct{}, what string) {
@@ -105,104 +58,126 @@ func waitDone(t *testing.T, done <-chan struct{}, what string) {
 	}
 }
 
-func TestWatchHoldsNotifiesAndResumesAfterLastSeq(t *testing.T) {
-	g := &fakeGuardian{t: t, scripts: [][]string{
-		{
-			`{"seq":0,"type":"stats","payload":{"steps":1}}`,
-			`{"seq":5,"type":"step","sessionId":"s1","payload":{"seq":5}}`,
-			`not json`,
-			`{"seq":6,"type":"hold.created","sessionId":"s1","payload":{"id":"h6","tool":"transfer_funds","ruleId":"big-transfer","message":"over 1000"}}`,
-			`{"seq":7,"type":"hold.resolved","sessionId":"s1","payload":{"id":"h6","status":"approved"}}`,
-		},
-		{
-			`{"seq":9,"type":"hold.created","sessionId":"s2","payload":{"id":"h9","method":"steps/message"}}`,
-		},
-	}}
-	srv := httptest.NewServer(g)
-	defer srv.Close()
+// holdEvent is a hold.created event as the guardian's bus delivers it.
+func holdEvent(t *testing.T, seq int64, session string, h record.Hold) record.Event {
+	t.Helper()
+	payload, err := json.Marshal(h)
+	require.NoError(t, err)
+	return record.Event{Seq: seq, Type: record.EventHoldCreated, SessionID: session, At: time.Now(), Payload: payload}
+}
 
+func TestHoldFeedNotifiesHeldSteps(t *testing.T) {
+	feed := NewHoldFeed()
 	w := newFakeWindow()
-	cancel, done := startWatch(t, srv.URL, w)
+	cancel, done, _ := startWatch(t, feed, w)
+
+	feed.PublishStep(&record.StepRecord{Seq: 4})
+	for _, ev := range []record.Event{
+		{Seq: 5, Type: record.EventStep, SessionID: "s1", Payload: json.RawMessage(`{"seq":5}`)},
+		{Seq: 6, Type: record.EventHoldCreated, SessionID: "s1", Payload: json.RawMessage(`not json`)},
+		holdEvent(t, 7, "s1", record.Hold{ID: "h7", SessionID: "s1", Tool: "transfer_funds", RuleID: "big-transfer",
+			Message: "over 1000", Request: json.RawMessage(`{"big":"request"}`)}),
+		{Seq: 8, Type: record.EventHoldResolved, SessionID: "s1", Payload: json.RawMessage(`{"id":"h7","status":"approved"}`)},
+		// The event's session stands in for one the payload lacks.
+		{Seq: 9, Type: record.EventHoldCreated, SessionID: "s2", Payload: json.RawMessage(`{"id":"h9","method":"steps/message"}`)},
+	} {
+		feed.Publish(ev)
+	}
 	notes := waitNoted(t, w, 2)
 	cancel()
-	waitDone(t, done, "watchHolds")
+	waitDone(t, done, "Watch after cancel")
 
 	require.Equal(t, []Notification{
-		{ID: "vigil-hold-h6", Title: "Vigil: step held", Body: "transfer_funds in session s1 waits for review (rule big-transfer): over 1000"},
+		{ID: "vigil-hold-h7", Title: "Vigil: step held", Body: "transfer_funds in session s1 waits for review (rule big-transfer): over 1000"},
 		{ID: "vigil-hold-h9", Title: "Vigil: step held", Body: "steps/message in session s2 waits for review"},
 	}, notes)
-	afters, origins := g.seen()
-	require.GreaterOrEqual(t, len(afters), 2)
-	require.Equal(t, "", afters[0], "the first connection starts from now")
-	require.Equal(t, "7", afters[1], "a reconnect resumes after the last seq seen")
-	require.Equal(t, srv.URL, origins[0], "the watcher presents the guardian's own origin")
 }
 
-func TestWatchHoldsStopsWhenNotificationsUnavailable(t *testing.T) {
-	g := &fakeGuardian{t: t, scripts: [][]string{{
-		`{"seq":1,"type":"hold.created","payload":{"id":"h1"}}`,
-		`{"seq":2,"type":"hold.created","payload":{"id":"h2"}}`,
-	}}}
-	srv := httptest.NewServer(g)
-	defer srv.Close()
+func TestHoldFeedStopsWhenNotificationsUnavailable(t *testing.T) {
+	feed := NewHoldFeed()
+	feed.Publish(holdEvent(t, 1, "s1", record.Hold{ID: "h1"}))
+	feed.Publish(holdEvent(t, 2, "s1", record.Hold{ID: "h2"}))
 
 	w := newFakeWindow()
-	w.notifyErr = errNotificationsUnavailable
-	cancel, done := startWatch(t, srv.URL, w)
-	defer cancel()
-	waitDone(t, done, "watchHolds without a notification service")
+	// As the desktop build reports a missing session bus.
+	w.notifyErr = fmt.Errorf("%w: %w", errNotificationsUnavailable, errors.New("no session bus"))
+	_, done, log := startWatch(t, feed, w)
+	waitDone(t, done, "Watch without a notification service")
+
 	require.Len(t, w.noted, 1, "the watcher gives up after the first failure")
+	require.Equal(t, 1, strings.Count(log.String(), "hold notifications off"), log.String())
+	require.Contains(t, log.String(), "no session bus")
+
+	// The bus keeps publishing to a feed nobody reads; that must not block it.
+	late := holdEvent(t, 3, "s1", record.Hold{ID: "late"})
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for range 2 * holdFeedSize {
+			feed.Publish(late)
+		}
+	}()
+	waitDone(t, published, "Publish to a feed whose watcher stopped")
 }
 
-func TestWatchHoldsWaitsForGuardian(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	base := srv.URL
-	srv.Close() // nothing listens there any more
+func TestHoldFeedKeepsGoingAfterAFailedNotification(t *testing.T) {
+	feed := NewHoldFeed()
+	w := newFakeWindow()
+	w.notifyErr = errors.New("org.freedesktop.Notifications was not provided")
+	cancel, done, log := startWatch(t, feed, w)
+	for i := range 3 {
+		feed.Publish(holdEvent(t, int64(i), "s1", record.Hold{ID: fmt.Sprint("h", i)}))
+	}
+	waitNoted(t, w, 3)
+	cancel()
+	waitDone(t, done, "Watch after cancel")
+
+	out := log.String()
+	require.Equal(t, 1, strings.Count(out, `level=WARN msg="hold notification not shown"`), out)
+	require.Equal(t, 2, strings.Count(out, `level=DEBUG msg="hold notification not shown"`), out)
+	require.NotContains(t, out, "hold notifications off")
+}
+
+func TestHoldFeedDropsOldestWhenFull(t *testing.T) {
+	const extra = 3
+	feed := NewHoldFeed()
+	var events []record.Event
+	for i := range holdFeedSize + extra {
+		events = append(events, holdEvent(t, int64(i), "s1", record.Hold{ID: fmt.Sprint("h", i)}))
+	}
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for _, ev := range events {
+			feed.Publish(ev)
+		}
+	}()
+	waitDone(t, published, "Publish to a full feed")
 
 	w := newFakeWindow()
-	cancel, done := startWatch(t, base, w)
-	select {
-	case <-done:
-		t.Fatal("watchHolds gave up while the guardian was unreachable")
-	case <-time.After(2 * watchMinBackoff):
-	}
+	cancel, done, log := startWatch(t, feed, w)
+	notes := waitNoted(t, w, holdFeedSize)
 	cancel()
-	waitDone(t, done, "watchHolds after cancel")
-}
+	waitDone(t, done, "Watch after cancel")
 
-func TestLiveURL(t *testing.T) {
-	tests := []struct {
-		base       string
-		after      int64
-		ws, origin string
-	}{
-		{"http://127.0.0.1:7878/", 0, "ws://127.0.0.1:7878/api/live", "http://127.0.0.1:7878"},
-		{"http://127.0.0.1:7878/", 42, "ws://127.0.0.1:7878/api/live?after=42", "http://127.0.0.1:7878"},
-		{"https://vigil.example/console/?x=1#f", 0, "wss://vigil.example/console/api/live", "https://vigil.example"},
-		{"http://[::1]:7878/", 3, "ws://[::1]:7878/api/live?after=3", "http://[::1]:7878"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.base, func(t *testing.T) {
-			u, err := url.Parse(tt.base)
-			require.NoError(t, err)
-			ws, origin := liveURL(u, tt.after)
-			require.Equal(t, tt.ws, ws)
-			require.Equal(t, tt.origin, origin)
-		})
-	}
+	require.Len(t, notes, holdFeedSize)
+	require.Equal(t, fmt.Sprint("vigil-hold-h", extra), notes[0].ID, "the oldest holds are dropped")
+	require.Equal(t, fmt.Sprint("vigil-hold-h", holdFeedSize+extra-1), notes[len(notes)-1].ID)
+	require.Contains(t, log.String(), "hold notifications dropped")
+	require.Contains(t, log.String(), fmt.Sprint(" count=", extra))
 }
 
 func TestHoldNotification(t *testing.T) {
 	long := strings.Repeat("é", 400)
 	tests := []struct {
 		name string
-		hold liveHold
+		hold heldStep
 		body string
 	}{
-		{"tool, rule and message", liveHold{ID: "a", SessionID: "s1", Tool: "send_email", RuleID: "external-email", Message: "to x@y"},
+		{"tool, rule and message", heldStep{ID: "a", SessionID: "s1", Tool: "send_email", RuleID: "external-email", Message: "to x@y"},
 			"send_email in session s1 waits for review (rule external-email): to x@y"},
-		{"method when no tool", liveHold{ID: "b", Method: "steps/memoryStore"}, "steps/memoryStore waits for review"},
-		{"nothing known", liveHold{ID: "c"}, "A step waits for review"},
+		{"method when no tool", heldStep{ID: "b", Method: "steps/memoryStore"}, "steps/memoryStore waits for review"},
+		{"nothing known", heldStep{ID: "c"}, "A step waits for review"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,21 +188,17 @@ func TestHoldNotification(t *testing.T) {
 		})
 	}
 	t.Run("long message truncated by runes", func(t *testing.T) {
-		n := holdNotification(liveHold{ID: "d", Message: long})
+		n := holdNotification(heldStep{ID: "d", Message: long})
 		require.Equal(t, notifyBodyMax, len([]rune(n.Body)))
 		require.True(t, strings.HasSuffix(n.Body, "é…"))
 	})
 }
 
 func TestRunWithHoldNotifications(t *testing.T) {
-	g := &fakeGuardian{t: t, scripts: [][]string{{
-		`{"seq":3,"type":"hold.created","sessionId":"s1","payload":{"id":"h3","tool":"rm"}}`,
-	}}}
-	srv := httptest.NewServer(g)
-	defer srv.Close()
-
+	feed := NewHoldFeed()
 	w := newFakeWindow()
-	_, done := runAsync(t, context.Background(), Options{URL: srv.URL + "/", Logger: quietLogger(), HoldNotifications: true}, w, nil)
+	_, done := runAsync(t, context.Background(), Options{URL: "http://127.0.0.1:7878/", Logger: quietLogger(), Holds: feed}, w, nil)
+	feed.Publish(holdEvent(t, 3, "s1", record.Hold{ID: "h3", Tool: "rm"}))
 	notes := waitNoted(t, w, 1)
 	require.Equal(t, "vigil-hold-h3", notes[0].ID)
 
