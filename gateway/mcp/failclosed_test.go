@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,9 @@ var unreadable = []struct {
 	{"a batch with a unicode escape", `[{"jsonrpc":"2.0","id":4,"method":"tools\u002fcall","params":{"name":"get-env","arguments":{}}}]`, codeInvalidRequest},
 	{"a batch with a task method", `[{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":"t"}}]`, codeInvalidRequest},
 	{"a batch with a member Vigil cannot read", `[{"jsonrpc":"2.0","id":4,"method":7}]`, codeInvalidRequest},
+	// Any batch: its answer (an array) would have to be split, judged and joined again on
+	// every transport, and over stdio it was dropped, the requests left in flight.
+	{"a batch of pings", `[{"jsonrpc":"2.0","id":6,"method":"ping"},{"jsonrpc":"2.0","id":7,"method":"tools/list"}]`, codeInvalidRequest},
 	{"a batch nested too deep", "[" + deepCall(4, "get-env", 10001) + "]", codeParseError},
 	{"a call nested too deep", deepCall(4, "get-env", 10001), codeParseError},
 	{"a byte order mark", bom + `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"get-env","arguments":{}}}`, codeParseError},
@@ -440,6 +444,36 @@ func TestStdioClientLeavesDuringHeldServerMessage(t *testing.T) {
 			for l := range toClient {
 				require.NotContains(t, l, "holdme")
 			}
+		})
+	}
+}
+
+// A server that answers a notification or a response with 200 and a JSON body ({} or
+// nothing) instead of 202: the client gets the status, as clients read only that, and no
+// body Vigil did not judge. Before, it got 502 and the TypeScript SDK could not connect.
+func TestHTTPAnswerToNotificationPassesItsStatus(t *testing.T) {
+	for _, body := range []string{"", "{}", `{"jsonrpc":"2.0","id":99,"result":{"leak":"tok-12345"}}`} {
+		t.Run(body, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				w.Header().Set("Content-Type", mediaJSON)
+				w.Header().Set(sessionHeader, "fake-1")
+				if strings.Contains(string(b), `"initialize"`) {
+					_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}}`)
+					return
+				}
+				_, _ = io.WriteString(w, body)
+			}))
+			defer up.Close()
+			s := newStack(t, testRules, up.URL, Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c := &rawClient{t: t, url: s.url + "/mcp/everything", version: "2025-06-18"}
+			st, msgs, _ := c.send(ctx, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+			require.Equal(t, http.StatusOK, st, msgs)
+			st, msgs, _ = c.send(ctx, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			require.Equal(t, http.StatusOK, st, msgs)
+			require.Empty(t, msgs, "no body Vigil did not judge")
 		})
 	}
 }

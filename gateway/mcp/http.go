@@ -439,6 +439,15 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		// Judged first: the answer in it must find its request in flight.
 		out := gw.judgeJSON(r.Context(), s, r.Header, b)
 		settled()
+		if out == nil && !awaited {
+			// The answer to a notification or a response, of which clients read only the
+			// status (some servers send 200 with {} or nothing instead of 202): the status
+			// passes, without a body Vigil did not judge.
+			gateway.CopyHeaders(w.Header(), resp.Header)
+			w.Header().Del("Content-Length")
+			w.WriteHeader(resp.StatusCode)
+			return
+		}
 		if out == nil {
 			// Nothing Vigil could relay (an answer it cannot read, or to no request in flight).
 			gw.fault(w, id, errUnjudgedAnswer)

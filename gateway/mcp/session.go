@@ -488,67 +488,21 @@ func (s *Session) settle(key string, seq uint64) {
 	}
 }
 
-// admitBatch handles a JSON-RPC batch from the client (protocol 2025-03-26; later versions
-// never send one). Vigil judges messages one by one and matches answers back, so a batch
-// with a judged method is refused, and so is one it cannot read whole: its methods are
-// read as decoded strings ("tools\/call" is tools/call), never as raw bytes. The requests
-// in a relayed batch are in flight as any others, so their answers find them.
+// admitBatch refuses a JSON-RPC batch. MCP removed batches in protocol 2025-06-18 and no
+// current client sends one; relaying one safely would mean judging each member and
+// splitting and joining the server's answers on every transport (a batch's answer is an
+// array, over stdio a line, over HTTP a body or an event), for no client that needs it.
+// A batch that is not JSON gets the parse error.
 func (s *Session) admitBatch(t []byte) Action {
 	var batch []json.RawMessage
 	if err := json.Unmarshal(t, &batch); err != nil {
 		return Action{Reply: parseError(err).reply(), Invalid: true}
 	}
-	invalid := func(msg string) Action {
-		return Action{Reply: errorResponse(nil, codeInvalidRequest, msg), Invalid: true}
-	}
-	if len(batch) == 0 {
-		return invalid("Invalid Request: an empty batch")
-	}
-	var reqs []string
-	for _, b := range batch {
-		m, rerr := read(b)
-		if rerr != nil {
-			return invalid("Vigil does not relay a batch it cannot read whole: " + rerr.msg)
-		}
-		f, _ := members(m.Params)
-		if judgedClientMethods[m.Method] || refusedTasks(&m, f) != nil {
-			return invalid("Vigil does not relay batches that contain tools/call, resources/read, prompts/get or tasks; send them one by one")
-		}
-		if m.isRequest() {
-			reqs = append(reqs, idKey(m.ID))
-		}
-	}
-	s.mu.Lock()
-	seen := map[string]bool{}
-	for _, k := range reqs {
-		if _, inFlight := s.fromClient[k]; inFlight || seen[k] {
-			s.mu.Unlock()
-			return Action{Reply: errorResponse(nil, codeInvalidRequest, errReusedID)}
-		}
-		seen[k] = true
-	}
-	if len(s.fromClient)+len(reqs) > s.cfg.MaxPending {
-		s.mu.Unlock()
-		return Action{Reply: errorResponse(nil, codeDenied, deniedText(errTooMany.Error()))}
-	}
-	for _, b := range batch {
-		m, _ := read(b)
-		switch {
-		case m.isRequest():
-			s.seq++
-			s.fromClient[idKey(m.ID)] = pendingReq{method: m.Method, seq: s.seq}
-		case m.isResponse():
-			delete(s.fromServer, idKey(m.ID))
-		}
-	}
-	s.mu.Unlock()
-	for _, b := range batch {
-		if m, _ := read(b); m.Method == "notifications/cancelled" {
-			s.cancelled(m.Params)
-		}
-	}
-	return pass(t)
+	return Action{Reply: errorResponse(nil, codeInvalidRequest, errBatch), Invalid: true}
 }
+
+// errBatch refuses a JSON-RPC batch (see admitBatch).
+const errBatch = "Invalid Request: Vigil does not relay JSON-RPC batches (MCP has none since protocol 2025-06-18); send the messages one by one"
 
 // FromServer handles a message from the server.
 func (s *Session) FromServer(ctx context.Context, msg []byte) Action {
