@@ -127,9 +127,12 @@ class ConsoleState {
       onState: (s) => {
         const was = this.liveState.status;
         this.liveState = s;
-        // Back online: what failed to load while the guardian was away loads again.
+        // Back online: what failed to load while the guardian was away loads again. The queue
+        // loads again on every (re)connection: the first connection starts live, so a hold
+        // created between the first load's answer and the stream's opening would otherwise
+        // never show (setPending keeps what arrives live meanwhile).
         if (s.status === 'open' && was !== 'open' && this.started) {
-          if (this.holdsError) void this.refreshHolds();
+          void this.refreshHolds();
           if (this.statsError && !this.stats) void this.refreshStats();
         }
         // A browser does not tell a websocket refused with 401 from a dropped one: after a
@@ -277,10 +280,12 @@ class ConsoleState {
   async refreshHolds(): Promise<void> {
     this.holdsLoading = true;
     try {
+      // Holds that arrive live while the request is on its way are newer than its answer.
+      const before = new Set(this.holds.pending.map((h) => h.id));
       const r = await this.api.holds('pending');
       // The server's clock, for countdowns against its deadlines.
       if (r.now) this.clock.observe(r.now, Date.now());
-      this.holds = setPending(this.holds, r.holds ?? []);
+      this.holds = setPending(this.holds, r.holds ?? [], before);
       this.holdsLoaded = true;
       this.holdsError = '';
     } catch (err) {

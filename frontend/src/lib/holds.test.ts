@@ -47,6 +47,19 @@ describe('holds reducer', () => {
     expect(st.pending.map((h) => h.id)).toEqual(['c']);
   });
 
+  it('a snapshot requested before a hold arrived live does not drop it', () => {
+    // The page asked for the queue (a and b pending), then b was resolved and c held, live,
+    // before the answer, taken earlier, came back with a and b.
+    let st = applyHoldEvents(emptyHolds(), [ev('hold.created', hold('a', 10)), ev('hold.created', hold('b', 20))]);
+    const before = new Set(st.pending.map((h) => h.id));
+    st = applyHoldEvents(st, [ev('hold.resolved', hold('b', 20, { status: 'denied' })), ev('hold.created', hold('c', 30))]);
+    st = setPending(st, [hold('a', 10), hold('b', 20)], before);
+    expect(st.pending.map((h) => h.id)).toEqual(['a', 'c']);
+    // A hold pending before the request and gone from its answer was resolved meanwhile.
+    st = setPending(st, [hold('c', 30)], new Set(['a', 'c']));
+    expect(st.pending.map((h) => h.id)).toEqual(['c']);
+  });
+
   it('counts pending holds per session', () => {
     const m = holdsBySession([hold('a', 1), hold('b', 2, { sessionId: 's2' }), hold('c', 3)]);
     expect(m.get('s1')).toBe(2);

@@ -18,10 +18,18 @@ export function emptyHolds(): HoldsState {
 
 const byCreated = (a: Hold, b: Hold) => Date.parse(a.createdAt) - Date.parse(b.createdAt) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 
-/** Replaces the pending list with a snapshot from GET /api/holds, minus holds already resolved. */
-export function setPending(state: HoldsState, holds: Hold[]): HoldsState {
+/**
+ * Replaces the pending list with a snapshot from GET /api/holds, minus holds already resolved.
+ * `before` is the ids pending when the request was sent: a hold that arrived live while it was
+ * on its way (not among them) is kept even though the snapshot, taken earlier, lacks it;
+ * without `before`, the live stream's news could be overwritten by an older snapshot and a
+ * held step vanish from the queue until the next refresh.
+ */
+export function setPending(state: HoldsState, holds: Hold[], before?: ReadonlySet<string>): HoldsState {
   const resolved = new Set(state.recent.map((h) => h.id));
-  const pending = holds.filter((h) => h.status === 'pending' && !resolved.has(h.id)).sort(byCreated);
+  const inSnapshot = new Set(holds.map((h) => h.id));
+  const arrived = before ? state.pending.filter((h) => !before.has(h.id) && !inSnapshot.has(h.id)) : [];
+  const pending = [...holds.filter((h) => h.status === 'pending'), ...arrived].filter((h) => !resolved.has(h.id)).sort(byCreated);
   return { ...state, pending };
 }
 
