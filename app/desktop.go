@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/wailsapp/wails/v2"
 	"github.com/wailsapp/wails/v2/pkg/logger"
@@ -60,7 +61,7 @@ func wailsToolkit(spec windowSpec) error {
 		EnableDefaultContextMenu: true, // the webview's own Copy/Paste/Select All on right click
 		OnStartup: func(ctx context.Context) {
 			hookWebview()
-			c := &wailsControl{ctx: ctx}
+			c := &wailsControl{ctx: ctx, calls: newSerial()}
 			mu.Lock()
 			ctrl = c
 			mu.Unlock()
@@ -88,11 +89,20 @@ type wailsControl struct {
 	ctx context.Context
 
 	// Wails keeps the notification connection in unguarded package state, so every
-	// notification call goes through mu.
-	mu       sync.Mutex
+	// notification call takes its turn in calls, which also bounds how long a caller (or
+	// the shutdown) waits for a daemon that never answers. notifyOK and notifyAt are only
+	// touched in turn.
+	calls    *serial
 	notifyOK bool
 	notifyAt bool // initialisation attempted
 }
+
+// notifyTimeout bounds a notification call; a desktop's daemon answers in milliseconds.
+const notifyTimeout = 5 * time.Second
+
+// releaseTimeout bounds how long closing the window waits for a notification call to
+// end before leaving the connection to the process's exit.
+const releaseTimeout = 2 * time.Second
 
 func (c *wailsControl) Quit() { quitWindow(c.ctx) }
 
@@ -111,35 +121,36 @@ func (c *wailsControl) OpenInBrowser(url string) { wailsruntime.BrowserOpenURL(c
 
 func (c *wailsControl) Edit(cmd EditCommand) { editWebview(c.ctx, cmd) }
 
-func (c *wailsControl) Notify(_ context.Context, n Notification) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.notifyAt {
-		c.notifyAt = true
-		if err := wailsruntime.InitializeNotifications(c.ctx); err != nil {
-			return fmt.Errorf("%w: %w", errNotificationsUnavailable, err)
+func (c *wailsControl) Notify(ctx context.Context, n Notification) error {
+	return c.calls.do(ctx, notifyTimeout, func() error {
+		if !c.notifyAt {
+			c.notifyAt = true
+			if err := wailsruntime.InitializeNotifications(c.ctx); err != nil {
+				return fmt.Errorf("%w: %w", errNotificationsUnavailable, err)
+			}
+			c.notifyOK = true
+			// Clicking a notification brings the console forward.
+			wailsruntime.OnNotificationResponse(c.ctx, func(wailsruntime.NotificationResult) { c.Show() })
 		}
-		c.notifyOK = true
-		// Clicking a notification brings the console forward.
-		wailsruntime.OnNotificationResponse(c.ctx, func(wailsruntime.NotificationResult) { c.Show() })
-	}
-	if !c.notifyOK {
-		return errNotificationsUnavailable
-	}
-	if err := wailsruntime.SendNotification(c.ctx, wailsruntime.NotificationOptions{
-		ID: n.ID, Title: n.Title, Body: n.Body,
-	}); err != nil {
-		return fmt.Errorf("send notification %s: %w", strconv.Quote(n.ID), err)
-	}
-	return nil
+		if !c.notifyOK {
+			return errNotificationsUnavailable
+		}
+		if err := wailsruntime.SendNotification(c.ctx, wailsruntime.NotificationOptions{
+			ID: n.ID, Title: n.Title, Body: n.Body,
+		}); err != nil {
+			return fmt.Errorf("send notification %s: %w", strconv.Quote(n.ID), err)
+		}
+		return nil
+	})
 }
 
-// release frees the notification service once nothing can notify any more.
+// release frees the notification service once nothing can notify any more; a call the
+// daemon never answered makes it give up after releaseTimeout (the process exits next).
 func (c *wailsControl) release() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.notifyOK {
-		wailsruntime.CleanupNotifications(c.ctx)
-		c.notifyOK = false
-	}
+	c.calls.last(releaseTimeout, func() {
+		if c.notifyOK {
+			wailsruntime.CleanupNotifications(c.ctx)
+			c.notifyOK = false
+		}
+	})
 }
