@@ -429,6 +429,14 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", mediaSSE)
 		w.WriteHeader(resp.StatusCode)
 		gw.relaySSE(r.Context(), newSSEWriterStarted(w), s, resp.Body, r.Header, id, settled)
+	case mt == mediaJSON && !awaited:
+		// The answer to a notification or a response, of which clients read only the status
+		// (some servers send 200 with {} or nothing instead of 202): the status passes,
+		// without the body, which Vigil does not judge.
+		settled()
+		gateway.CopyHeaders(w.Header(), resp.Header)
+		w.Header().Del("Content-Length")
+		w.WriteHeader(resp.StatusCode)
 	case mt == mediaJSON:
 		b, msg := gw.readAnswer(resp)
 		if msg != "" {
@@ -439,15 +447,6 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		// Judged first: the answer in it must find its request in flight.
 		out := gw.judgeJSON(r.Context(), s, r.Header, b)
 		settled()
-		if out == nil && !awaited {
-			// The answer to a notification or a response, of which clients read only the
-			// status (some servers send 200 with {} or nothing instead of 202): the status
-			// passes, without a body Vigil did not judge.
-			gateway.CopyHeaders(w.Header(), resp.Header)
-			w.Header().Del("Content-Length")
-			w.WriteHeader(resp.StatusCode)
-			return
-		}
 		if out == nil {
 			// Nothing Vigil could relay (an answer it cannot read, or to no request in flight).
 			gw.fault(w, id, errUnjudgedAnswer)
