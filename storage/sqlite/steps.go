@@ -200,17 +200,12 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.SessionID, a.ReceivedAt); err != nil {
 		return fmt.Errorf("storage: insert step event %d: %w", seq, err)
 	}
-	if _, err := b.stmt(b.stmts.insertStep).Exec(a.rowArgs(nil, seq)...); err != nil {
+	if _, err := b.stmt(b.stmts.insertStep).Exec(seq, a.SessionID, a.turnID, a.stepID,
+		a.Method, a.kind, a.AgentID, a.AgentName, a.UserID, a.tool, a.Decision, a.ReceivedAt,
+		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers); err != nil {
 		return fmt.Errorf("storage: insert step %d: %w", seq, err)
 	}
 	return nil
-}
-
-// rowArgs appends the step row's values, in sqlInsertStep's order, to args.
-func (a *stepArgs) rowArgs(args []any, seq int64) []any {
-	return append(args, seq, a.SessionID, a.turnID, a.stepID,
-		a.Method, a.kind, a.AgentID, a.AgentName, a.UserID, a.tool, a.Decision, a.ReceivedAt,
-		a.request, a.response, a.matchedRules, a.latencyMicros, a.text, a.held, a.KeyID, a.peers)
 }
 
 // applyDelta writes a transaction's steps of one session into its summary: one upsert per
