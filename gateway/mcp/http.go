@@ -312,27 +312,14 @@ func accepts(h http.Header, mt string) bool {
 
 func success(status int) bool { return status >= 200 && status < 300 }
 
-// awaitedIDs returns the ids of the requests in a client's message, whose answers the
-// client reads from the HTTP answer; none when it holds no request (notifications and
-// responses are answered 202, without a body).
-func awaitedIDs(body []byte) []json.RawMessage {
-	if m, single := parse(body); single {
-		if m.isRequest() {
-			return []json.RawMessage{m.ID}
-		}
-		return nil
+// awaitedID is the id of the request in a client's message, whose answer the client reads
+// from the HTTP answer; nil when it holds none (notifications and responses are answered
+// 202, without a body). A batch never gets here: the session refuses every one.
+func awaitedID(body []byte) json.RawMessage {
+	if m, ok := parse(body); ok && m.isRequest() {
+		return m.ID
 	}
-	var batch []json.RawMessage
-	if json.Unmarshal(body, &batch) != nil {
-		return nil
-	}
-	var ids []json.RawMessage
-	for _, b := range batch {
-		if m, ok := parse(b); ok && m.isRequest() {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids
+	return nil
 }
 
 // post relays one message from the client.
@@ -376,13 +363,9 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(act.Reply)
 		return
 	}
-	ids := awaitedIDs(act.Forward)
-	awaited := len(ids) > 0
-	// id is the request the client awaits (null for a batch): Vigil's own errors name it.
-	var id json.RawMessage
-	if t := bytes.TrimSpace(act.Forward); len(ids) == 1 && len(t) > 0 && t[0] != '[' {
-		id = ids[0]
-	}
+	// id is the request the client awaits: Vigil's own errors name it (null for none).
+	id := awaitedID(act.Forward)
+	awaited := id != nil
 	// settled ends the request's time in flight when this exchange is its last chance of an
 	// answer: the server could not be reached, refused it with an HTTP error, or answered
 	// in anything but an event stream (which a client may resume later, the answer still
@@ -390,7 +373,7 @@ func (gw *Gateway) post(w http.ResponseWriter, r *http.Request) {
 	// have sent the id again (in breach of the protocol) by then. Without it, every such
 	// request stayed in flight for good, and MaxPending of them refused every call.
 	settled := func() {
-		for _, id := range ids {
+		if awaited {
 			s.forget(id)
 		}
 	}
