@@ -76,6 +76,13 @@ func previewEnv(t *testing.T) (*httptest.Server, *sqlite.DB, *holds.Manager) {
 
 func postTo(t *testing.T, url, body string, headers ...string) (int, rpcResp) {
 	t.Helper()
+	code, b := postRaw(t, url, body, headers...)
+	return code, decode(t, b)
+}
+
+// postRaw posts body and returns the answer's bytes as sent.
+func postRaw(t *testing.T, url, body string, headers ...string) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -87,7 +94,7 @@ func postTo(t *testing.T, url, body string, headers ...string) (int, rpcResp) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, decode(t, b)
+	return resp.StatusCode, b
 }
 
 // ownSession makes session key's with a real step.
@@ -258,14 +265,7 @@ func TestPreviewBatch(t *testing.T) {
 func TestPreviewEchoesIDByteForByte(t *testing.T) {
 	srv, _, _ := previewEnv(t)
 	const id = `"<&> caf` + "\u00e9" + `"`
-	req, err := http.NewRequest(http.MethodPost, srv.URL+guardian.PreviewPath,
-		strings.NewReader(previewCall(id, "get-env", "mcp-preview")))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	code, b := postRaw(t, srv.URL+guardian.PreviewPath, previewCall(id, "get-env", "mcp-preview"))
+	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, string(b), `"id":`+id, string(b))
 }
