@@ -32,6 +32,11 @@ type litGroup struct {
 // their guards.
 const maxFieldLiterals = 512
 
+// litEnt keeps a literal's length and offsets in 16 bits. A literal is written out in its
+// rule's expression (escapes only shorten it), so MaxExprLen bounds it: this fails to
+// compile when MaxExprLen outgrows 16 bits.
+const _ = uint16(MaxExprLen)
+
 // literalGroupOf returns a literal condition of one of the guards of src (the conjuncts
 // guardsOf turns into guards), or false when none has one.
 func literalGroupOf(src string, cache *regexCache) (litGroup, bool) {
@@ -226,17 +231,30 @@ type litFilter struct {
 type litField struct {
 	get  func(*Env) string
 	lits []string
-	// at is the offset of each literal's anchor byte in it.
-	at []int
 	// anchors has a bit per byte that anchors a literal; start[c]..start[c+1] are the
-	// entries of ents (literal numbers) anchored at c.
+	// entries of ents anchored at c.
 	anchors [4]uint64
 	start   [257]uint16
-	ents    []uint16
+	ents    []litEnt
 	// rules[i*words:(i+1)*words] are the rules literal i satisfies; all those gated on
 	// this field.
 	rules []uint64
 	all   []uint64
+}
+
+// litEnt is a literal as the scan meets it at its anchor: where it would start and how long
+// it is, and its first four bytes, so that an anchor byte the literal does not continue
+// from is turned away without reading the literal's own string (a cache line of its own).
+type litEnt struct {
+	// key is the literal's first four bytes, little-endian (0 for a shorter literal,
+	// which is compared whole).
+	key       uint32
+	id, at, n uint16
+}
+
+// first4 reads s[i:i+4] little-endian, as litEnt.key holds a literal's first bytes.
+func first4(s string, i int) uint32 {
+	return uint32(s[i]) | uint32(s[i+1])<<8 | uint32(s[i+2])<<16 | uint32(s[i+3])<<24
 }
 
 func newLitFilter(active []*compiledRule) *litFilter {
@@ -297,7 +315,8 @@ func newLitFilter(active []*compiledRule) *litFilter {
 		lf := &b.litField
 		n := min(len(lf.lits), maxFieldLiterals)
 		lf.lits = lf.lits[:n]
-		lf.at = make([]int, n)
+		// anchorAt is the offset of each literal's anchor byte in it.
+		anchorAt := make([]int, n)
 		lf.rules = make([]uint64, n*words)
 		var count [256]int
 		for id, l := range lf.lits {
@@ -307,7 +326,7 @@ func newLitFilter(active []*compiledRule) *litFilter {
 					at = k
 				}
 			}
-			lf.at[id] = at
+			anchorAt[id] = at
 			count[l[at]]++
 			for _, i := range b.owner[id] {
 				lf.rules[id*words+i/64] |= 1 << (i % 64)
@@ -319,11 +338,15 @@ func newLitFilter(active []*compiledRule) *litFilter {
 				lf.anchors[c/64] |= 1 << (c % 64)
 			}
 		}
-		lf.ents = make([]uint16, n)
+		lf.ents = make([]litEnt, n)
 		next := lf.start
 		for id, l := range lf.lits {
-			c := l[lf.at[id]]
-			lf.ents[next[c]] = uint16(id)
+			c := l[anchorAt[id]]
+			ent := litEnt{id: uint16(id), at: uint16(anchorAt[id]), n: uint16(len(l))}
+			if len(l) >= 4 {
+				ent.key = first4(l, 0)
+			}
+			lf.ents[next[c]] = ent
 			next[c]++
 		}
 		f.fields = append(f.fields, *lf)
@@ -383,14 +406,16 @@ func (lf *litField) scan(s string, ok []uint64) {
 		if lf.anchors[c/64]&(1<<(c%64)) == 0 {
 			continue
 		}
-		for k := lf.start[c]; k < lf.start[c+1]; k++ {
-			id := lf.ents[k]
+		for _, ent := range lf.ents[lf.start[c]:lf.start[c+1]] {
+			id := ent.id
 			if found[id/64]&(1<<(id%64)) != 0 {
 				continue
 			}
-			l := lf.lits[id]
-			q := p - lf.at[id]
-			if q >= 0 && q+len(l) <= len(s) && s[q:q+len(l)] == l {
+			q := p - int(ent.at)
+			if q < 0 || q+int(ent.n) > len(s) || ent.n >= 4 && first4(s, q) != ent.key {
+				continue
+			}
+			if l := lf.lits[id]; s[q:q+len(l)] == l {
 				found[id/64] |= 1 << (id % 64)
 				for w, b := range lf.rules[int(id)*words : int(id+1)*words] {
 					ok[w] |= b

@@ -174,12 +174,42 @@ var startsPrefix = func() (t [256]bool) {
 	return t
 }()
 
+// prefixTrigrams is a 4096-bit filter of the first three bytes of every prefix (each
+// prefix has three or more), keyed by trigramKey. Ordinary prose starts a prefix at nearly
+// every other byte ("a", "s", "t", "p", "c" …); the filter turns almost all of those away
+// with one bit test, before the prefixes of the byte, and the strings they point to, are
+// read: on a step's text that is most of the scan's work and most of its cache lines.
+var prefixTrigrams = func() (t [64]uint64) {
+	for _, p := range secretPatterns {
+		for _, pre := range p.prefixes {
+			if len(pre) < 3 {
+				panic("secret prefix " + pre + " is shorter than the trigram filter reads")
+			}
+			h := trigramKey(pre[0], pre[1], pre[2])
+			t[h/64] |= 1 << (h % 64)
+		}
+	}
+	return t
+}()
+
+// trigramKey hashes three bytes, each OR 0x20, to 12 bits. OR 0x20 maps an ASCII capital
+// to its small letter and every byte x to x|0x20, so a text that matches a prefix exactly,
+// or ASCII case-insensitively, has the prefix's key: the filter has no false negatives.
+func trigramKey(a, b, c byte) uint32 {
+	k := uint32(a|0x20)<<16 | uint32(b|0x20)<<8 | uint32(c|0x20)
+	return (k * 0x9e3779b1) >> 20
+}
+
 // prefixOccurrences appends to out every position of s where a prefix of secretPatterns
 // starts (ASCII case-insensitively for the patterns with fold, as a search in asciiLower(s)
 // finds them), in order of position.
 func prefixOccurrences(s string, out []prefixAt) []prefixAt {
-	for i := 0; i < len(s); i++ {
+	// Every prefix has three bytes or more, so none starts in the last two.
+	for i := 0; i+2 < len(s); i++ {
 		if !startsPrefix[s[i]] {
+			continue
+		}
+		if h := trigramKey(s[i], s[i+1], s[i+2]); prefixTrigrams[h/64]&(1<<(h%64)) == 0 {
 			continue
 		}
 		for _, r := range prefixesByByte[s[i]] {

@@ -115,3 +115,45 @@ func TestFindSecretsMatchesIndexScan(t *testing.T) {
 		require.Equal(t, findSecretsByIndex(s), findSecrets(s), "text %q", s)
 	}
 }
+
+// TestPrefixOccurrencesFindsEveryPrefix: the one-pass search with its trigram filter finds
+// exactly the positions where a prefix starts, checked against every prefix at every
+// position, on texts dense with prefixes in every case and with bytes that OR 0x20 maps
+// onto letters ("@", "[", "^", …).
+func TestPrefixOccurrencesFindsEveryPrefix(t *testing.T) {
+	naive := func(s string) []prefixAt {
+		var out []prefixAt
+		for i := range len(s) {
+			for pi, p := range secretPatterns {
+				for ri, pre := range p.prefixes {
+					if len(s)-i < len(pre) {
+						continue
+					}
+					if p.fold && asciiLower(s[i:i+len(pre)]) == pre || !p.fold && s[i:i+len(pre)] == pre {
+						out = append(out, prefixAt{i, uint8(pi), uint8(ri)})
+					}
+				}
+			}
+		}
+		return out
+	}
+	r := rand.New(rand.NewPCG(3, 2026))
+	found := 0
+	for range 20000 {
+		s := secretText(r)
+		if r.IntN(2) == 0 {
+			// Bytes that only the OR 0x20 of the filter's key confuses with letters.
+			b := []byte(s)
+			for k := range b {
+				if r.IntN(8) == 0 {
+					b[k] ^= 0x20
+				}
+			}
+			s = string(b)
+		}
+		want := naive(s)
+		require.Equal(t, want, prefixOccurrences(s, nil), "text %q", s)
+		found += len(want)
+	}
+	require.Greater(t, found, 20000)
+}
