@@ -14,6 +14,7 @@ import (
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/parser"
 	"github.com/expr-lang/expr/vm"
 )
 
@@ -534,6 +535,10 @@ type templatePart struct {
 	text string
 	src  string      // the placeholder's expression
 	prog *vm.Program // nil for literal text
+	// field reads a placeholder that names a step field ({{tool}}, {{agent.id}}, most of
+	// them) without the VM: a matched rule's message is rendered on the step's path, and
+	// the VM's code is the largest part of what an evaluation brings into the caches.
+	field strFn
 }
 
 func compileTemplate(msg string, hopts []expr.Option) (*template, []Diagnostic) {
@@ -572,7 +577,15 @@ func compileTemplate(msg string, hopts []expr.Option) (*template, []Diagnostic) 
 			d.Snippet = ""
 			diags = append(diags, d)
 		}
-		t.parts = append(t.parts, templatePart{src: src, prog: prog})
+		part := templatePart{src: src, prog: prog}
+		if prog != nil {
+			if tree, err := parser.Parse(src); err == nil {
+				if _, f, ok := fieldOf(tree.Node); ok {
+					part.field = f
+				}
+			}
+		}
+		t.parts = append(t.parts, part)
 		offset += i + 2 + j + 2
 		rest = rest[i+2+j+2:]
 	}
@@ -626,6 +639,13 @@ func (t *template) render(m *vm.VM, env *Env) string {
 	for _, p := range t.parts {
 		if p.prog == nil {
 			b.WriteString(p.text)
+			continue
+		}
+		if p.field != nil {
+			b.WriteString(p.field(env))
+			if b.Len() > maxRendered {
+				break
+			}
 			continue
 		}
 		if env.state != nil {

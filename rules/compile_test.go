@@ -2,10 +2,14 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/expr-lang/expr/vm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -225,5 +229,48 @@ func TestMayAct(t *testing.T) {
 			require.NoError(t, e.Load(tt.rules))
 			require.Equal(t, tt.want, e.Program().MayAct(&Env{Method: "steps/message", Kind: "message", Role: "agent"}))
 		})
+	}
+}
+
+// A message placeholder naming a step field is read without the VM; it must render as
+// the VM renders it, for every field the guards know, around literal text and other
+// placeholders, and within the rendered length bound.
+func TestMessageFieldPlaceholdersRenderAsTheVM(t *testing.T) {
+	e := &Env{}
+	n := 0
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		for i := range v.NumField() {
+			switch f := v.Field(i); {
+			case !v.Type().Field(i).IsExported():
+			case f.Kind() == reflect.String:
+				n++
+				f.SetString(fmt.Sprintf("v%d <é>", n))
+			case f.Kind() == reflect.Struct:
+				fill(f)
+			}
+		}
+	}
+	fill(reflect.ValueOf(e).Elem())
+	long := &Env{Tool: strings.Repeat("x", maxRendered+10)}
+	for name := range guardFields {
+		for want, msg := range map[int]string{1: "{{" + name + "}}", 2: "a {{ " + name + " }} b {{len(tool)}} {{" + name + "}}"} {
+			tm, diags := compileTemplate(msg, helperOptions(&regexCache{}))
+			require.Empty(t, diags, msg)
+			vmOnly := &template{parts: slices.Clone(tm.parts)}
+			fields := 0
+			for i := range vmOnly.parts {
+				if vmOnly.parts[i].field != nil {
+					fields++
+				}
+				vmOnly.parts[i].field = nil
+			}
+			require.Equal(t, want, fields, "%s: read without the VM", msg)
+			m := &vm.VM{}
+			got := tm.render(m, e)
+			require.Equal(t, vmOnly.render(m, e), got, msg)
+			require.Contains(t, got, guardFields[name](e), msg)
+			require.Equal(t, vmOnly.render(m, long), tm.render(m, long), msg)
+		}
 	}
 }

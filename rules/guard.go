@@ -154,7 +154,8 @@ func guardOf(n ast.Node) (guard, bool) {
 }
 
 // urlGuard recognises `any(urls(text), {domain(#) == "evil.example"})`, the usual
-// exfiltration test, with ==, !=, in [strings], startsWith, endsWith or contains against
+// exfiltration test (of a step field or an input), with ==, !=, in [strings], startsWith,
+// endsWith or contains against
 // constants. Finding URLs and their domains cannot fail, and the domains are found once
 // per evaluation for all such rules instead of once per rule in the VM.
 func urlGuard(n ast.Node) (guard, bool) {
@@ -168,6 +169,10 @@ func urlGuard(n ast.Node) (guard, bool) {
 		return guard{}, false
 	}
 	_, field, ok := fieldOf(list.Arguments[0])
+	if !ok {
+		// urls(inputs.body) reads the input as text, as inputText does.
+		_, field, ok = inputText(list.Arguments[0])
+	}
 	b, isBin := pred.Node.(*ast.BinaryNode)
 	if !ok || !isBin {
 		return guard{}, false

@@ -806,6 +806,9 @@ func guardBinary(x *ast.BinaryNode, cache *regexCache) (boolFn, int, bool) {
 			return func(e *Env) bool { return cmp(l(e), r(e)) }, lc + rc + costCompare, true
 		}
 	}
+	if f, ok := inputNilTest(x); ok {
+		return f, costField, true
+	}
 	if x.Operator == "matches" {
 		pat, ok := x.Right.(*ast.StringNode)
 		if !ok {
@@ -875,6 +878,35 @@ func guardBinary(x *ast.BinaryNode, cache *regexCache) (boolFn, int, bool) {
 		return nil, 0, false
 	}
 	return func(e *Env) bool { return op(l(e), r(e)) }, lc + rc + costCompare, true
+}
+
+// inputNilTest compiles `inputs.NAME != nil` (or ==, either way round), the usual test
+// that a tool call has an input before its value is looked at. The VM's == with nil is true
+// for a missing input, a JSON null and a nil map or list alike, as isNil is.
+func inputNilTest(x *ast.BinaryNode) (boolFn, bool) {
+	if x.Operator != "==" && x.Operator != "!=" {
+		return nil, false
+	}
+	in, other := x.Left, x.Right
+	if _, isNil := in.(*ast.NilNode); isNil {
+		in, other = other, in
+	}
+	if _, isNil := other.(*ast.NilNode); !isNil {
+		return nil, false
+	}
+	m, ok := in.(*ast.MemberNode)
+	if !ok || m.Method || !isIdent(m.Node, "inputs") {
+		return nil, false
+	}
+	p, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return nil, false
+	}
+	name, want := p.Value, x.Operator == "=="
+	return func(e *Env) bool {
+		e.fill(readsInputs)
+		return isNil(e.Inputs[name]) == want
+	}, true
 }
 
 // sessionTextContains compiles `sessionText(session) contains "literal"`, for a literal

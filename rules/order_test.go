@@ -36,6 +36,9 @@ var orderPieces = []string{
 	`len(pii(inputs)) > 0`, `icontains(inputs, "evil")`, `glob("**x@evil**", inputs)`,
 	`containsAny(params, ["flat", "zz"])`, `session.stepCount matches "^[0-3]$"`, `domain(inputs.n) == "2"`,
 	`len(secrets(nil)) == 0`, `regexMatch(isError, "true")`, `"email" in piiKinds(inputs)`,
+	// Inputs tested for presence, and read for URLs.
+	`inputs.path != nil`, `inputs.n == nil`, `nil != inputs.to`, `nil == inputs.path`,
+	`any(urls(inputs.to), domain(#) endsWith "evil.example")`, `any(urls(inputs.path), domain(#) in ["a.b"])`,
 }
 
 // Cost ordering must never change a rule's result: the same match, the same error, for
@@ -90,6 +93,13 @@ func TestCostOrderAgreesWithConditions(t *testing.T) {
 			env.Inputs = map[string]any{"n": nil}
 			env.Params = map[string]any{"a": "flat"}
 			env.ToolDef = map[string]any{"type": "api"}
+		}
+		if r.IntN(8) == 0 {
+			// Values that are nil without being a nil interface, and URLs in inputs.
+			env.Inputs = map[string]any{"path": []any(nil), "to": map[string]any(nil), "n": "https://a.b/x"}
+			if r.IntN(2) == 0 {
+				env.Inputs = map[string]any{"path": "see https://a.b/c", "to": []any{"https://x.evil.example"}}
+			}
 		}
 		steps := make([]HistoryStep, r.IntN(6))
 		for k := range steps {
@@ -168,4 +178,27 @@ func TestGuardLenCountsRunes(t *testing.T) {
 	require.NotEmpty(t, p.rules[0].guards)
 	require.Equal(t, ActionAllow, p.Evaluate(&Env{Kind: "k", Text: "KÉK"}).Action)
 	require.Equal(t, ActionDeny, p.Evaluate(&Env{Kind: "k", Text: "KÉKS"}).Action)
+}
+
+// The input guards (a presence test, URLs of an input) build the deferred inputs they read,
+// as the VM would, and decide the rule alone.
+func TestInputGuardsReadDeferredInputs(t *testing.T) {
+	for _, c := range []struct {
+		when   string
+		inputs map[string]any
+		want   Action
+	}{
+		{`inputs.currency != nil`, map[string]any{"currency": "XAU"}, ActionDeny},
+		{`inputs.currency != nil`, map[string]any{"amount": 1}, ActionAllow},
+		{`nil == inputs.currency`, map[string]any{"amount": 1}, ActionDeny},
+		{`inputs.currency == nil`, map[string]any{"currency": []any{}}, ActionAllow},
+		{`any(urls(inputs.body), domain(#) endsWith ".onion")`, map[string]any{"body": "see http://abc.onion/x"}, ActionDeny},
+		{`any(urls(inputs.body), domain(#) endsWith ".onion")`, map[string]any{"body": "see http://abc.example/x"}, ActionAllow},
+	} {
+		p := mustCompile(t, Options{}, rule("r", c.when, ActionDeny))
+		require.True(t, p.rules[0].whole, c.when)
+		e := &Env{Tool: "pay"}
+		e.Defer(&Deferred{Inputs: func() map[string]any { return c.inputs }})
+		require.Equal(t, c.want, p.Evaluate(e).Action, c.when)
+	}
 }
