@@ -3,6 +3,7 @@ package hook
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
@@ -60,7 +61,7 @@ func VerdictOf(c *Call, res *aos.Result) Verdict {
 	case aos.Modify:
 		v.Kind = Modify
 		if !v.readModified(c, res) {
-			return Verdict{Kind: Deny, Reason: v.Reason + " — Vigil changed this step but the change could not be applied, so it is denied."}
+			return Verdict{Kind: Deny, Reason: v.Reason + notApplied}
 		}
 	default:
 		v.Kind = Deny
@@ -113,7 +114,7 @@ func (v *Verdict) readModified(c *Call, res *aos.Result) bool {
 		return false
 	}
 	var m modified
-	if json.Unmarshal(raw, &m) != nil {
+	if decodeJSON(raw, &m) != nil {
 		return false
 	}
 	switch c.Phase {
@@ -121,6 +122,8 @@ func (v *Verdict) readModified(c *Call, res *aos.Result) bool {
 		if m.ToolCallRequest == nil {
 			return false
 		}
+		// Never nil, even without inputs: an edit that leaves the call no inputs is still a
+		// change, and beforeTool tells a nil Input (nothing to apply) from an empty one.
 		v.Input = make(map[string]any, len(m.ToolCallRequest.Inputs))
 		for _, in := range m.ToolCallRequest.Inputs {
 			v.Input[in.Name] = in.Value
@@ -170,15 +173,21 @@ func (c *Call) Answer(v Verdict) Output {
 }
 
 func (c *Call) beforeTool(v Verdict) Output {
+	if v.Kind == Modify {
+		v = c.expressible(v)
+	}
 	switch c.Agent {
 	case ClaudeCode, Codex:
 		type specific struct {
-			HookEventName            string         `json:"hookEventName"`
-			PermissionDecision       string         `json:"permissionDecision"`
-			PermissionDecisionReason string         `json:"permissionDecisionReason"`
-			UpdatedInput             map[string]any `json:"updatedInput,omitempty"`
+			HookEventName            string `json:"hookEventName"`
+			PermissionDecision       string `json:"permissionDecision"`
+			PermissionDecisionReason string `json:"permissionDecisionReason"`
+			// An interface, not a map: omitempty drops an empty map, and an allow without
+			// updatedInput runs the original call (Codex even treats it as a failed hook).
+			// Both agents replace the whole input, so {} is a faithful "no inputs".
+			UpdatedInput any `json:"updatedInput,omitempty"`
 		}
-		answer := func(decision, reason string, in map[string]any) Output {
+		answer := func(decision, reason string, in any) Output {
 			return jsonOut(struct {
 				HookSpecificOutput specific `json:"hookSpecificOutput"`
 			}{specific{c.Event, decision, reason, in}})
@@ -229,10 +238,11 @@ func (c *Call) beforeTool(v Verdict) Output {
 		return jsonOut(answer{Decision: "deny", Reason: v.Reason})
 	case Cursor:
 		type answer struct {
-			Permission   string         `json:"permission"`
-			UserMessage  string         `json:"user_message,omitempty"`
-			AgentMessage string         `json:"agent_message,omitempty"`
-			UpdatedInput map[string]any `json:"updated_input,omitempty"`
+			Permission   string `json:"permission"`
+			UserMessage  string `json:"user_message,omitempty"`
+			AgentMessage string `json:"agent_message,omitempty"`
+			// An interface for the same reason as Claude Code's updatedInput.
+			UpdatedInput any `json:"updated_input,omitempty"`
 		}
 		switch v.Kind {
 		case Pass, Grant:
@@ -249,6 +259,65 @@ func (c *Call) beforeTool(v Verdict) Output {
 		return jsonOut(answer{Permission: "deny", UserMessage: v.Reason, AgentMessage: v.Reason})
 	}
 	return Output{}
+}
+
+// expressible returns v, or a deny when c's agent cannot be made to run exactly v's input.
+// An allow that carries no input, or one the agent merges into the original, lets (part of)
+// the original call run: the one thing a modify must never do.
+func (c *Call) expressible(v Verdict) Verdict {
+	if c.Agent == Cursor && c.Event != "preToolUse" {
+		// Denied whatever the change: only Cursor's preToolUse takes an input back.
+		return v
+	}
+	if v.Input == nil {
+		return Verdict{Kind: Deny, Reason: v.Reason + notApplied}
+	}
+	if !c.mergesInput() {
+		return v
+	}
+	// The whole input goes back, so every input the change keeps or adds is set either way;
+	// only one it removes would stay in the agent's copy.
+	gone, known := c.removedInputs(v.Input)
+	if !known {
+		return Verdict{Kind: Deny, Reason: v.Reason + notApplied}
+	}
+	if len(gone) > 0 {
+		how := "Gemini CLI merges a hook's tool_input into the call's own arguments"
+		if c.Agent == Cursor {
+			how = "Cursor may merge a hook's updated_input into the call's own arguments"
+		}
+		return Verdict{Kind: Deny, Reason: v.Reason + " — the change removes " + strings.Join(gone, ", ") +
+			" from the call, but " + how + ", so the call would still get them: it is denied."}
+	}
+	return v
+}
+
+// notApplied ends the reason of a modify that is denied because it cannot be applied.
+const notApplied = " — Vigil changed this step but the change could not be applied, so it is denied."
+
+// mergesInput reports whether c's agent may merge a rewritten tool input into the original
+// instead of replacing it. Gemini CLI does (Object.assign onto the call's arguments). Claude
+// Code documents that updatedInput replaces the whole input, and Codex rebuilds the call from
+// updatedInput alone. Cursor's contract names updated_input without saying which, and no
+// Cursor runs here to find out: it is treated as merging, which is safe either way.
+func (c *Call) mergesInput() bool {
+	return c.Agent == Gemini || c.Agent == Cursor
+}
+
+// removedInputs lists, quoted and sorted, the inputs of c's step that in lacks; known is
+// false when c carries no tool call step to compare with.
+func (c *Call) removedInputs(in map[string]any) (gone []string, known bool) {
+	p, ok := c.Params.(aos.ToolCallRequestParams)
+	if !ok {
+		return nil, false
+	}
+	for _, a := range p.ToolCallRequest.Inputs {
+		if _, kept := in[a.Name]; !kept {
+			gone = append(gone, strconv.Quote(a.Name))
+		}
+	}
+	slices.Sort(gone)
+	return slices.Compact(gone), true
 }
 
 // afterTool answers a tool's result. The tool already ran: a deny or a redaction can only

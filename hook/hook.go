@@ -5,15 +5,18 @@
 // Each agent's contract and quirks (shared/spec/peers/hooks/CONTRACTS.md) live here and
 // nowhere else: Codex reports any "allow" output as a failed hook and runs the tool anyway,
 // so an allow is answered with nothing; Claude Code and Cursor can ask the user themselves;
-// Gemini CLI and Claude Code take a rewritten tool input, Codex cannot.
+// Claude Code and Codex replace the tool input with a rewritten one, while Gemini CLI merges
+// it into the original (and Cursor may), so a rewrite that removes an input is denied there.
 package hook
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -296,7 +299,7 @@ func inputs(raw []byte) ([]aos.ToolArgumentValue, error) {
 		return []aos.ToolArgumentValue{}, nil
 	}
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := decodeJSON(raw, &v); err != nil {
 		return nil, fmt.Errorf("%w: tool_input: %w", ErrPayload, err)
 	}
 	m, ok := v.(map[string]any)
@@ -334,7 +337,7 @@ func toolResult(agent string, p *payload, tool string) aos.ToolCallResult {
 	}
 	res := aos.ToolCallResult{Outputs: []aos.TextPart{}}
 	var v any
-	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
+	if len(raw) == 0 || decodeJSON(raw, &v) != nil || v == nil {
 		return res
 	}
 	switch v := v.(type) {
@@ -369,6 +372,22 @@ func toolResult(agent string, p *payload, tool string) aos.ToolCallResult {
 		res.Outputs = append(res.Outputs, aos.TextPart{Text: textOf(v), Metadata: meta("")})
 	}
 	return res
+}
+
+// decodeJSON is json.Unmarshal that keeps numbers as json.Number. A tool's input goes to the
+// guardian, into its store and back to the agent as the rewritten input: as float64, every
+// integer past 2^53 (an id, a nanosecond timestamp) would come back as another number.
+func decodeJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	// Unmarshal refuses anything after the value; so must this, or `{"a":1} x` would pass.
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("invalid data after the JSON value")
+	}
+	return nil
 }
 
 func textOf(v any) string {

@@ -192,6 +192,13 @@ func TestQuirks(t *testing.T) {
 			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no (Vigil rule r)"}}`},
 		{"claude modify", pre(ClaudeCode, "PreToolUse"), Verdict{Kind: Modify, Reason: "x", Input: map[string]any{"command": "ls"}},
 			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","permissionDecisionReason":"x","updatedInput":{"command":"ls"}}}`},
+		// A modify with no input to hand over must not become an allow of the original call.
+		{"claude modify with nothing to apply denies", pre(ClaudeCode, "PreToolUse"), Verdict{Kind: Modify, Reason: "x"},
+			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x` + notApplied + `"}}`},
+		{"codex modify with nothing to apply denies", pre(Codex, "PreToolUse"), Verdict{Kind: Modify, Reason: "x"},
+			`{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"x` + notApplied + `"}}`},
+		{"gemini modify with nothing to apply denies", pre(Gemini, "BeforeTool"), Verdict{Kind: Modify, Reason: "x"},
+			`{"decision":"deny","reason":"x` + notApplied + `"}`},
 		{"gemini ask denies", pre(Gemini, "BeforeTool"), Verdict{Kind: Ask, Reason: "confirm"}, `{"decision":"deny","reason":"confirm"}`},
 		{"cursor shell modify denies", pre(Cursor, "beforeShellExecution"), Verdict{Kind: Modify, Reason: "x"},
 			`{"permission":"deny","user_message":"x — Cursor cannot change the input of this hook's calls, so the call is denied.","agent_message":"x — Cursor cannot change the input of this hook's calls, so the call is denied."}`},
@@ -217,6 +224,19 @@ func TestBadPayloadBlocks(t *testing.T) {
 		require.Empty(t, stdout.String())
 		require.Contains(t, stderr.String(), "vigil hook:")
 	}
+}
+
+// TestToolInputIsOneValue: a tool input with anything after its JSON value is unreadable,
+// as json.Unmarshal had it, although the hook now decodes it keeping numbers exact.
+func TestToolInputIsOneValue(t *testing.T) {
+	for _, in := range []string{`{"q":1} {"q":2}`, `{"q":1} x`, `{"q":1`} {
+		payload := `{"hook_event_name":"beforeMCPExecution","conversation_id":"c","tool_name":"query","tool_input":` + jsonString(in) + `}`
+		_, err := Translate(Cursor, []byte(payload), testEnv)
+		require.ErrorIs(t, err, ErrPayload, in)
+	}
+	c, err := Translate(Cursor, []byte(`{"hook_event_name":"beforeMCPExecution","conversation_id":"c","tool_name":"query","tool_input":"{\"q\":1} \n"}`), testEnv)
+	require.NoError(t, err, "whitespace after the value is fine")
+	require.Equal(t, []aos.ToolArgumentValue{{Name: "q", Value: json.Number("1")}}, c.Params.(aos.ToolCallRequestParams).ToolCallRequest.Inputs)
 }
 
 func TestOtherEventsPass(t *testing.T) {
