@@ -87,10 +87,17 @@ func guardsOf(src string, cache *regexCache) ([]guard, bool) {
 		cost int
 	}
 	var out []costed
+	partial := false
 	cs := conjuncts(tree.Node)
 	for _, c := range cs {
 		if typeOf(c, tBad) != tBool {
-			break // it may fail: a guard after it could hide its error
+			// It may fail: a guard after it could hide its error. But where it is certainly
+			// false without failing, so is the rule.
+			if f, ok := inputCompareRefuter(c); ok {
+				out = append(out, costed{guard{test: f}, costCompare})
+				partial = true // the VM still evaluates the conjunct when it passes
+			}
+			break
 		}
 		if g, ok := guardOf(c); ok {
 			out = append(out, costed{g, costField})
@@ -104,7 +111,7 @@ func guardsOf(src string, cache *regexCache) ([]guard, bool) {
 	for i, c := range out {
 		gs[i] = c.g
 	}
-	return gs, len(gs) == len(cs)
+	return gs, !partial && len(gs) == len(cs)
 }
 
 // conjuncts flattens a && b && c into [a b c], left to right.

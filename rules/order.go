@@ -909,6 +909,75 @@ func inputNilTest(x *ast.BinaryNode) (boolFn, bool) {
 	}, true
 }
 
+// inputCompareRefuter recognises `inputs.NAME > 5000` (any of < <= > >=, either way
+// round), which fails in the VM when the input is not a number, and returns a test that is
+// false only when the comparison is certainly false without failing: the input is a number
+// (float64 as JSON decodes it, or int) and the comparison, as expr makes it, does not hold.
+// For anything else it is true and leaves the VM to decide and report.
+func inputCompareRefuter(n ast.Node) (boolFn, bool) {
+	x, ok := n.(*ast.BinaryNode)
+	if !ok {
+		return nil, false
+	}
+	op := x.Operator
+	in, num := x.Left, x.Right
+	if _, isInt := in.(*ast.IntegerNode); isInt {
+		in, num = num, in
+		op = map[string]string{"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+	}
+	c, isInt := num.(*ast.IntegerNode)
+	m, isMember := in.(*ast.MemberNode)
+	if !isInt || !isMember || m.Method || m.Optional || !isIdent(m.Node, "inputs") {
+		return nil, false
+	}
+	p, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return nil, false
+	}
+	holds := map[string]func(cmp int) bool{
+		"<":  func(cmp int) bool { return cmp < 0 },
+		"<=": func(cmp int) bool { return cmp <= 0 },
+		">":  func(cmp int) bool { return cmp > 0 },
+		">=": func(cmp int) bool { return cmp >= 0 },
+	}[op]
+	if holds == nil {
+		return nil, false
+	}
+	name, want := p.Value, c.Value
+	return func(e *Env) bool {
+		e.fill(readsInputs)
+		switch v := e.Inputs[name].(type) {
+		case int:
+			return holds(cmpInt(v, want))
+		case float64:
+			// expr compares a float with an int as float64(int), as here. NaN compares as
+			// equal here, so <= and >= leave it to the VM (which finds it false).
+			return holds(cmpFloat(v, float64(want)))
+		}
+		return true
+	}, true
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // sessionTextContains compiles `sessionText(session) contains "literal"`, for a literal
 // without a newline, into a question the session memo answers incrementally: the steps'
 // texts are joined with newlines, so such a literal occurs in the joined text exactly when

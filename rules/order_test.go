@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -39,6 +40,8 @@ var orderPieces = []string{
 	// Inputs tested for presence, and read for URLs.
 	`inputs.path != nil`, `inputs.n == nil`, `nil != inputs.to`, `nil == inputs.path`,
 	`any(urls(inputs.to), domain(#) endsWith "evil.example")`, `any(urls(inputs.path), domain(#) in ["a.b"])`,
+	// Comparisons of inputs with numbers, which fail when the input is not one.
+	`inputs.amount > 100`, `inputs.amount <= 99`, `100 < inputs.amount`, `2 >= inputs.n`, `inputs.n < 3`,
 }
 
 // Cost ordering must never change a rule's result: the same match, the same error, for
@@ -94,6 +97,9 @@ func TestCostOrderAgreesWithConditions(t *testing.T) {
 			env.Params = map[string]any{"a": "flat"}
 			env.ToolDef = map[string]any{"type": "api"}
 		}
+		if env.Inputs != nil && r.IntN(2) == 0 {
+			env.Inputs["amount"] = []any{100.0, 99.5, 100, 101, "150", nil, -1e300, math.NaN(), math.Inf(1)}[r.IntN(9)]
+		}
 		if r.IntN(8) == 0 {
 			// Values that are nil without being a nil interface, and URLs in inputs.
 			env.Inputs = map[string]any{"path": []any(nil), "to": map[string]any(nil), "n": "https://a.b/x"}
@@ -130,8 +136,11 @@ func TestCostOrderSkipsCostlyHelpers(t *testing.T) {
 		{`"privateKey" in secretKinds(text) && len(pii(inputs.body)) > 0`, 2, true},
 		{`glob("**/*.pem", inputs.path) || glob("**/id_rsa*", inputs.path)`, 1, true},
 		{`now.Weekday().String() == "Sunday" && tool == "deploy"`, 2, true},
-		{`inputs.amount > 1000 && tool == "pay"`, 0, false},
-		{`tool == "pay" && inputs.amount > 1000 && user.org == "x"`, 1, false},
+		// A comparison that fails on a string input still refutes the rule for a smaller
+		// number; nothing after it becomes a guard.
+		{`inputs.amount > 1000 && tool == "pay"`, 1, false},
+		{`tool == "pay" && inputs.amount > 1000 && user.org == "x"`, 2, false},
+		{`inputs.amount.x > 1000 && tool == "pay"`, 0, false},
 	} {
 		p := mustCompile(t, Options{}, rule("r", c.when, ActionDeny))
 		require.Len(t, p.rules[0].guards, c.guards, c.when)
