@@ -20,7 +20,8 @@ import (
 )
 
 // runExport implements `vigil export`: steps and audit entries as JSON Lines, read from the
-// database file without disturbing a guardian that is running on it.
+// database (a SQLite file or a PostgreSQL URL) without disturbing a guardian that is running
+// on it, and without creating or migrating it (openExporter).
 func runExport(args []string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("export", flag.ContinueOnError)
 	fset.SetOutput(stderr)
@@ -29,7 +30,9 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 
 Writes steps and audit entries as JSON Lines, one object per line, oldest first: the JSON
 of GET /api/steps/{seq} and GET /api/audit, each with a leading "record":"step"|"audit".
-Safe while the guardian runs.
+Safe while the guardian runs. Only reads: never creates or migrates the database, and
+refuses one without Vigil's schema or with a newer one (on PostgreSQL also an older one:
+start this version's guardian on it first).
 
 Flags:
 `)

@@ -27,6 +27,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/guardian/observe/webhooks"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage/postgres"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -448,17 +449,28 @@ func checkConfig(cfg *Config, src flagSource) error {
 	}
 	cfg.webhookSpecs = nil
 	// A flag that only tunes another must not be set alone: the operator meant something
-	// (a burst limit, signed deliveries) that would silently not happen.
+	// (a burst limit, signed deliveries, replicas' liveness) that would silently not
+	// happen. The replica flags are refused when given at all on SQLite, whatever their
+	// value: no replica there reads them.
+	onPostgres := postgres.IsURL(cfg.DB)
+	// Named as the database was given: "-db postgres://…", or VIGIL_DB=postgres://… when
+	// the variable named the SQLite file.
+	withPostgres := "-db postgres://…"
+	if name := src.name("db"); !strings.HasPrefix(name, "-") {
+		withPostgres = name + "=postgres://…"
+	}
 	companions := []struct {
 		flag, needs string
 		alone       bool
 	}{
-		{"agent-burst", "agent-rate", cfg.AgentBurst > 0 && cfg.AgentRate == 0},
-		{"webhook-secret", "webhook", cfg.WebhookSecret != "" && len(cfg.Webhooks) == 0},
+		{"agent-burst", src.name("agent-rate"), cfg.AgentBurst > 0 && cfg.AgentRate == 0},
+		{"webhook-secret", src.name("webhook"), cfg.WebhookSecret != "" && len(cfg.Webhooks) == 0},
+		{"replica-heartbeat", withPostgres, src.given("replica-heartbeat") && !onPostgres},
+		{"replica-dead-after", withPostgres, src.given("replica-dead-after") && !onPostgres},
 	}
 	for _, c := range companions {
 		if c.alone {
-			return fmt.Errorf("%s: has no effect without %s", src.name(c.flag), src.name(c.needs))
+			return fmt.Errorf("%s: has no effect without %s", src.name(c.flag), c.needs)
 		}
 	}
 	_, levelOK := logLevels[strings.ToLower(cfg.LogLevel)]

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,9 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 )
+
+// pgURL is a PostgreSQL --db for tests that only parse flags: nothing connects to it.
+const pgURL = "postgres://vigil@127.0.0.1:42999/vigil"
 
 func testConfig(t *testing.T, db string) Config {
 	t.Helper()
@@ -305,9 +309,9 @@ func TestServeRefusesBadValues(t *testing.T) {
 		{"per-agent over max", []string{"--max-holds", "40", "--max-holds-per-agent", "41"}, nil, "-max-holds-per-agent: must be between 0 (a quarter of -max-holds) and -max-holds (40), got 41"},
 		{"zero hold bytes", []string{"--max-hold-bytes", "0"}, nil, "-max-hold-bytes: must be at least 1 byte"},
 		{"zero session cache", []string{"--session-cache-bytes", "0"}, nil, "-session-cache-bytes: must be at least 1 byte"},
-		{"zero heartbeat", []string{"--replica-heartbeat", "0"}, nil, "-replica-heartbeat: must be positive"},
-		{"dead after under three heartbeats", []string{"--replica-heartbeat", "5s", "--replica-dead-after", "10s"}, nil, "-replica-dead-after: must be at least three heartbeats (3 × -replica-heartbeat = 15s), got 10s"},
-		{"zero dead after", []string{"--replica-dead-after", "0"}, nil, "-replica-dead-after: must be at least three heartbeats"},
+		{"zero heartbeat", []string{"--db", pgURL, "--replica-heartbeat", "0"}, nil, "-replica-heartbeat: must be positive"},
+		{"dead after under three heartbeats", []string{"--db", pgURL, "--replica-heartbeat", "5s", "--replica-dead-after", "10s"}, nil, "-replica-dead-after: must be at least three heartbeats (3 × -replica-heartbeat = 15s), got 10s"},
+		{"zero dead after", []string{"--db", pgURL, "--replica-dead-after", "0"}, nil, "-replica-dead-after: must be at least three heartbeats"},
 		{"negative read timeout", []string{"--read-timeout", "-1s"}, nil, "-read-timeout: must not be negative"},
 		{"negative write timeout", []string{"--write-timeout", "-1s"}, nil, "-write-timeout: must not be negative"},
 		{"negative idle timeout", []string{"--idle-timeout", "-1s"}, nil, "-idle-timeout: must not be negative"},
@@ -423,12 +427,12 @@ func TestServeAcceptsDocumentedValues(t *testing.T) {
 	require.True(t, log.Enabled(context.Background(), slog.LevelWarn))
 
 	// Only a dead-after someone chose is held to three heartbeats; the default follows a
-	// slower heartbeat in the registry.
-	cfg, err = parseConfig("serve", []string{"--replica-heartbeat", "5s"}, io.Discard)
+	// slower heartbeat in the registry. (The replica flags need a PostgreSQL database.)
+	cfg, err = parseConfig("serve", []string{"--db", pgURL, "--replica-heartbeat", "5s"}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Second, cfg.ReplicaHeartbeat)
 	t.Setenv("VIGIL_REPLICA_DEAD_AFTER", "10s")
-	_, err = parseConfig("serve", []string{"--replica-heartbeat", "5s"}, io.Discard)
+	_, err = parseConfig("serve", []string{"--db", pgURL, "--replica-heartbeat", "5s"}, io.Discard)
 	require.ErrorContains(t, err, "VIGIL_REPLICA_DEAD_AFTER: must be at least three heartbeats")
 }
 
@@ -518,4 +522,56 @@ func TestServeLogsRuleErrors(t *testing.T) {
 	}
 	require.Len(t, lines, 1, logs.String())
 	require.Contains(t, lines[0], "rule=broken-compare")
+}
+
+// TestReplicaFlagsNeedPostgres: the replica flags tune the replicas of a PostgreSQL
+// database; with a SQLite file they would do nothing, so setting one (or its variable)
+// stops the start with exit code 2 before the database is touched.
+func TestReplicaFlagsNeedPostgres(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // the error; "" when the start goes on
+	}{
+		{"heartbeat on SQLite", []string{"--replica-heartbeat", "5s"}, nil,
+			"-replica-heartbeat: has no effect without -db postgres://…"},
+		{"dead after on SQLite", []string{"--replica-dead-after", "30s"}, nil,
+			"-replica-dead-after: has no effect without -db postgres://…"},
+		{"default value given on SQLite", []string{"--replica-heartbeat", "1s"}, nil,
+			"-replica-heartbeat: has no effect without -db postgres://…"},
+		{"heartbeat variable on SQLite", nil, map[string]string{"VIGIL_REPLICA_HEARTBEAT": "5s"},
+			"VIGIL_REPLICA_HEARTBEAT: has no effect without -db postgres://…"},
+		{"dead after variable on SQLite", nil, map[string]string{"VIGIL_REPLICA_DEAD_AFTER": "30s"},
+			"VIGIL_REPLICA_DEAD_AFTER: has no effect without -db postgres://…"},
+		{"SQLite file from VIGIL_DB", []string{"--replica-heartbeat", "5s"}, map[string]string{"VIGIL_DB": "DBFILE"},
+			"-replica-heartbeat: has no effect without VIGIL_DB=postgres://…"},
+		{"flags with a postgres URL", []string{"--db", pgURL, "--replica-heartbeat", "5s", "--replica-dead-after", "30s"}, nil, ""},
+		{"variables with a postgresql URL from VIGIL_DB", nil, map[string]string{
+			"VIGIL_DB": strings.Replace(pgURL, "postgres:", "postgresql:", 1), "VIGIL_REPLICA_HEARTBEAT": "5s", "VIGIL_REPLICA_DEAD_AFTER": "30s"}, ""},
+		{"neither on SQLite", nil, nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "vigil.db")
+			for k, v := range tc.env {
+				t.Setenv(k, strings.Replace(v, "DBFILE", db, 1))
+			}
+			args := append([]string{"--addr", "127.0.0.1:0"}, tc.args...)
+			if tc.env["VIGIL_DB"] == "" && !slices.Contains(tc.args, "--db") {
+				args = append(args, "--db", db)
+			}
+			_, err := parseConfig("serve", args, io.Discard)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.want)
+			// The start stops with exit code 2 before the database is touched.
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, 2, run(append([]string{"serve"}, args...), &stdout, &stderr))
+			require.Equal(t, "vigil serve: "+tc.want+"\n", stderr.String())
+			require.NoFileExists(t, db)
+		})
+	}
 }

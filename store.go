@@ -30,8 +30,8 @@ func openStore(ctx context.Context, dsn string, log *slog.Logger) (storage.Backe
 	return db, nil
 }
 
-// redactDSN is dsn fit for messages and logs: a URL loses its password (in the user info
-// or the query), a path stays as it is.
+// redactDSN is dsn fit for messages and logs: a URL loses its passwords (in the user info
+// or the password and sslpassword parameters), a path stays as it is.
 func redactDSN(dsn string) string {
 	if !postgres.IsURL(dsn) {
 		return dsn
@@ -45,26 +45,39 @@ func redactDSN(dsn string) string {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
 	}
+	// The password and sslpassword parameters, and any other that holds a password (one
+	// typed into the wrong parameter), are masked.
 	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
+	masked := false
+	for k, vs := range q {
+		for i, v := range vs {
+			if r := postgres.Redact(dsn, v); r != v || k == "password" || k == "sslpassword" {
+				vs[i], masked = "xxxxx", true
+			}
+		}
+	}
+	if masked {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
 }
 
 // exporter is what `vigil export` reads from: SQLite's read-only view of a file (safe
-// beside a running guardian) or the PostgreSQL backend.
+// beside a running guardian) or PostgreSQL's read-only handle.
 type exporter interface {
 	Export(ctx context.Context, w io.Writer, opts record.ExportOptions) (record.ExportResult, error)
 	Close() error
 }
 
-// openExporter opens the database `vigil export` reads.
+// openExporter opens the database `vigil export` reads. Neither backend creates or migrates
+// a database here: export only reads, also as a role that may only SELECT, and must not
+// upgrade a schema that older guardians still run on. Each refuses a database without
+// Vigil's schema or with one newer than this binary's (PostgreSQL also an older one, which
+// its guardian must upgrade first).
 func openExporter(ctx context.Context, dsn string) (exporter, error) {
 	if postgres.IsURL(dsn) {
-		// A small pool and no step committers to speak of: export only reads.
-		db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 2, Committers: 1})
+		// A small pool: export reads one snapshot through one connection.
+		db, err := postgres.OpenReadOnly(ctx, dsn, postgres.Options{MaxConns: 2})
 		if err != nil {
 			return nil, err
 		}

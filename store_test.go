@@ -10,10 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/internal/pgtest"
@@ -54,10 +57,14 @@ func TestOpenStorePicksTheBackend(t *testing.T) {
 
 func TestRedactDSN(t *testing.T) {
 	for in, want := range map[string]string{
-		"/var/lib/vigil/vigil.db":                   "/var/lib/vigil/vigil.db",
-		"postgres://vigil:s3cret@db:5432/guard":     "postgres://vigil:xxxxx@db:5432/guard",
-		"postgresql://vigil@db/guard?password=s3cr": "postgresql://vigil@db/guard?password=xxxxx",
-		"postgres://db/guard?sslmode=require":       "postgres://db/guard?sslmode=require",
+		"/var/lib/vigil/vigil.db":                    "/var/lib/vigil/vigil.db",
+		"postgres://vigil:s3cret@db:5432/guard":      "postgres://vigil:xxxxx@db:5432/guard",
+		"postgresql://vigil@db/guard?password=s3cr":  "postgresql://vigil@db/guard?password=xxxxx",
+		"postgres://db/guard?sslmode=require":        "postgres://db/guard?sslmode=require",
+		"postgres://vigil@db/guard?sslpassword=s3cr": "postgres://vigil@db/guard?sslpassword=xxxxx",
+		// A password typed into another parameter is masked there too.
+		"postgres://vigil:s3cret@db/guard?connect_timeout=s3cret": "postgres://vigil:xxxxx@db/guard?connect_timeout=xxxxx",
+		"postgres://vigil:vigil@db/vigil":                         "postgres://vigil:xxxxx@db/vigil",
 	} {
 		require.Equal(t, want, redactDSN(in), in)
 	}
@@ -411,4 +418,161 @@ func TestCommandsBesideARunningGuardian(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 	require.Greater(t, entries[0].Seq, rec.Seq)
+}
+
+// pgExec runs statements on the database dsn names, as the role the URL names.
+func pgExec(t *testing.T, dsn string, stmts ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, s := range stmts {
+		_, err := conn.Exec(ctx, s)
+		require.NoError(t, err, s)
+	}
+}
+
+// pgState is what a read-only command must leave as it found it: the tables of the
+// database's current schema and the migrations recorded.
+func pgState(t *testing.T, dsn string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`)
+	require.NoError(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	state := fmt.Sprint("tables ", tables)
+	if slices.Contains(tables, "vigil_migrations") {
+		rows, err := conn.Query(ctx, `SELECT version FROM vigil_migrations ORDER BY 1`)
+		require.NoError(t, err)
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		state += fmt.Sprint(" migrations ", versions)
+	}
+	return state
+}
+
+// readerRoles numbers the SELECT-only roles the tests create (roles are the server's, not
+// one database's).
+var readerRoles atomic.Int64
+
+// selectOnlyRole creates a role that may only read the tables dsn's database holds now and
+// may create nothing in its schema, and returns dsn as that role.
+func selectOnlyRole(t *testing.T, dsn string) string {
+	t.Helper()
+	role := fmt.Sprintf("reader_%d_%d", os.Getpid(), readerRoles.Add(1))
+	pgExec(t, dsn, "CREATE ROLE "+role+" LOGIN",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
+		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+}
+
+// TestExportOnPostgresNeverCreatesOrMigrates: export only reads. A database without Vigil's
+// schema, or with one older or newer than this binary's, is refused with a message that
+// says which and what to do, and left exactly as it was; a current one is exported, also
+// by a role that may only SELECT.
+func TestExportOnPostgresNeverCreatesOrMigrates(t *testing.T) {
+	ctx := context.Background()
+	current := postgres.SchemaVersion()
+	migrated := func(t *testing.T, dsn string) {
+		db, err := postgres.Open(ctx, dsn, postgres.Options{})
+		require.NoError(t, err)
+		require.NoError(t, db.SaveStep(ctx, &record.StepRecord{SessionID: "s1", Method: "steps/message", Decision: "allow"}))
+		_, err = db.AppendAudit(ctx, &record.AuditEntry{Type: record.AuditSessionBlock, Operator: "ann", SessionID: "s1"})
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dsn string)
+		code  int
+		want  []string // in the message; none on success
+	}{
+		{"empty database", func(*testing.T, string) {}, 1,
+			[]string{"has no Vigil schema", "vigil serve --db", "vigil migrate"}},
+		{"migrations table without a migration", func(t *testing.T, dsn string) {
+			pgExec(t, dsn, `CREATE TABLE vigil_migrations (version integer PRIMARY KEY, name text NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT now())`)
+		}, 1, []string{"has no Vigil schema"}},
+		{"older schema", func(t *testing.T, dsn string) {
+			migrated(t, dsn)
+			pgExec(t, dsn, fmt.Sprintf(`DELETE FROM vigil_migrations WHERE version = %d`, current))
+		}, 1, []string{fmt.Sprintf("schema version %d is older than this Vigil's (%d)", current-1, current), "vigil serve"}},
+		{"newer schema", func(t *testing.T, dsn string) {
+			migrated(t, dsn)
+			pgExec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
+		}, 1, []string{fmt.Sprintf("schema version %d is newer than this Vigil's (%d)", current+1, current), "newer Vigil"}},
+		{"current schema", migrated, 0, nil},
+	}
+	for _, tc := range tests {
+		for _, role := range []string{"owner", "select-only role"} {
+			t.Run(tc.name+"/"+role, func(t *testing.T) {
+				dsn := pgtest.Need(t, pgSrv)
+				tc.setup(t, dsn)
+				exportDSN := dsn
+				if role != "owner" {
+					exportDSN = selectOnlyRole(t, dsn)
+				}
+				before := pgState(t, dsn)
+				var stdout, stderr bytes.Buffer
+				code := runExport([]string{"--db", exportDSN}, &stdout, &stderr)
+				require.Equal(t, tc.code, code, stderr.String())
+				require.Equal(t, before, pgState(t, dsn), "export changed the database")
+				for _, w := range tc.want {
+					require.Contains(t, stderr.String(), w)
+				}
+				if tc.code != 0 {
+					require.Empty(t, stdout.String())
+					return
+				}
+				lines := jsonLines(t, stdout.Bytes())
+				require.Len(t, lines, 2)
+				require.JSONEq(t, `"step"`, string(lines[0]["record"]))
+				require.JSONEq(t, `"audit"`, string(lines[1]["record"]))
+			})
+		}
+	}
+}
+
+// TestBadPostgresURLIsNamed: a URL PostgreSQL's driver cannot parse is reported with its
+// reason (the parameter it names), by every command that takes one, and never with the
+// password.
+func TestBadPostgresURLIsNamed(t *testing.T) {
+	const pw = "s3cretPW"
+	urls := []struct{ query, want string }{
+		{"sslmode=bogus", "sslmode is invalid"},
+		{"pool_max_conns=0", "pool_max_conns too small"},
+		{"connect_timeout=" + pw, "invalid connect_timeout"}, // the driver quotes the bad value
+	}
+	commands := []struct {
+		name string
+		args func(url string) []string
+	}{
+		{"serve", func(u string) []string { return []string{"serve", "--addr", "127.0.0.1:0", "--db", u} }},
+		{"export", func(u string) []string { return []string{"export", "--db", u} }},
+		{"keys list", func(u string) []string { return []string{"keys", "list", "--db", u} }},
+		{"users list", func(u string) []string { return []string{"users", "list", "--db", u} }},
+	}
+	for _, c := range commands {
+		for _, u := range urls {
+			for _, dsn := range []string{
+				"postgres://vigil:" + pw + "@127.0.0.1:42999/vigil?" + u.query,
+				"postgresql://vigil@127.0.0.1:42999/vigil?password=" + pw + "&" + u.query,
+			} {
+				t.Run(c.name+"/"+u.query, func(t *testing.T) {
+					var stdout, stderr bytes.Buffer
+					require.Equal(t, 1, run(c.args(dsn), &stdout, &stderr), stderr.String())
+					require.Contains(t, stderr.String(), "invalid PostgreSQL URL")
+					require.Contains(t, stderr.String(), u.want)
+					require.NotContains(t, stderr.String()+stdout.String(), pw)
+				})
+			}
+		}
+	}
 }

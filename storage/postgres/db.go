@@ -17,9 +17,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,7 +42,8 @@ import (
 // seq it committed: storage.NotifyChannel, which the replicas' bus listens on.
 const NotifyChannel = storage.NotifyChannel
 
-// ErrSchemaTooNew is returned by Open for a database migrated by a newer version of Vigil.
+// ErrSchemaTooNew is returned by Open and OpenReadOnly for a database migrated by a newer
+// version of Vigil.
 var ErrSchemaTooNew = errors.New("database schema is newer than this version of Vigil supports")
 
 // ErrClosed is returned by writes after Close.
@@ -162,10 +166,31 @@ func IsURL(dsn string) bool {
 // newer than this code) and starts the step committers.
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	opts = opts.withDefaults()
+	pool, desc, err := connect(ctx, dsn, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("storage: %s: %w", desc, err)
+	}
+	db := &DB{
+		pool: pool, log: opts.Logger, opts: opts, desc: desc,
+		stepq: make(chan *stepReq, 4*opts.MaxBatch),
+		stop:  make(chan struct{}),
+	}
+	for range opts.Committers {
+		db.workers.Go(db.committer)
+	}
+	return db, nil
+}
+
+// connect parses dsn, opens the pool and checks that the server answers. It adjusts
+// opts.Committers to the pool's size.
+func connect(ctx context.Context, dsn string, opts *Options) (*pgxpool.Pool, string, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors can quote the DSN, password included.
-		return nil, errors.New("storage: invalid PostgreSQL URL (want postgres://user:password@host:port/database)")
+		return nil, "", urlError(dsn, err)
 	}
 	// A pool_max_conns the URL names wins over the default.
 	if !strings.Contains(dsn, "pool_max_conns") {
@@ -181,27 +206,190 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	desc := describe(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("storage: connect to %s: %w", desc, err)
+		return nil, "", fmt.Errorf("storage: connect to %s: %w", desc, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout+opts.QueryTimeout)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("storage: connect to %s: %w", desc, err)
+		return nil, "", fmt.Errorf("storage: connect to %s: %w", desc, err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	return pool, desc, nil
+}
+
+// ErrNoSchema is returned by OpenReadOnly for a database Vigil has not created its tables
+// in (an empty database, or the wrong one).
+var ErrNoSchema = errors.New("database has no Vigil schema")
+
+// ErrSchemaTooOld is returned by OpenReadOnly for a database an older version of Vigil
+// migrated: only a guardian (Open) upgrades a schema.
+var ErrSchemaTooOld = errors.New("database schema is older than this version of Vigil")
+
+// schemaError is OpenReadOnly's refusal of a database's schema: its message says what is
+// wrong and what to do, and errors.Is matches its kind (ErrNoSchema, ErrSchemaTooOld,
+// ErrSchemaTooNew).
+type schemaError struct {
+	kind error
+	msg  string
+}
+
+func (e *schemaError) Error() string { return e.msg }
+func (e *schemaError) Unwrap() error { return e.kind }
+
+// ReadOnly is a read-only handle on a Vigil database, for the commands that only read it
+// (vigil export). Unlike Open, OpenReadOnly never creates or migrates the schema: a
+// command that reads must not give an empty (or mistyped) database Vigil's tables, nor
+// upgrade a schema older replicas still run on, and it must work for a role that may only
+// SELECT. It starts no committers and offers no writes.
+type ReadOnly struct {
+	db *DB
+}
+
+// OpenReadOnly connects to the database dsn names and checks that its schema is the one
+// this code knows, changing nothing: it refuses a database without Vigil's schema
+// (ErrNoSchema) and one older (ErrSchemaTooOld) or newer (ErrSchemaTooNew) than this
+// code's, each with what to do about it. Reads need the SELECT privilege on Vigil's tables
+// only.
+func OpenReadOnly(ctx context.Context, dsn string, opts Options) (*ReadOnly, error) {
+	opts = opts.withDefaults()
+	pool, desc, err := connect(ctx, dsn, &opts)
+	if err != nil {
+		return nil, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, opts.QueryTimeout)
+	defer cancel()
+	if err := checkSchema(qctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("storage: %s: %w", desc, err)
 	}
-	db := &DB{
-		pool: pool, log: opts.Logger, opts: opts, desc: desc,
-		stepq: make(chan *stepReq, 4*opts.MaxBatch),
-		stop:  make(chan struct{}),
+	return &ReadOnly{db: &DB{pool: pool, log: opts.Logger, opts: opts, desc: desc, stop: make(chan struct{})}}, nil
+}
+
+// checkSchema compares the schema version the database records with this code's, with
+// one SELECT (no lock, no table created: unlike migrate).
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	known := SchemaVersion()
+	var current int
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM vigil_migrations`).Scan(&current)
+	const create = "create it with `vigil serve --db URL`, or copy a SQLite installation into it with `vigil migrate --from FILE --to URL`"
+	switch {
+	case pgCode(err) == "42P01": // undefined_table
+		return &schemaError{ErrNoSchema, ErrNoSchema.Error() + " (no vigil_migrations table): " + create}
+	case err != nil:
+		return fmt.Errorf("read schema version: %w", err)
+	case current == 0:
+		return &schemaError{ErrNoSchema, ErrNoSchema.Error() + " (no migration recorded in vigil_migrations): " + create}
+	case current < known:
+		return &schemaError{ErrSchemaTooOld, fmt.Sprintf("schema version %d is older than this Vigil's (%d): "+
+			"upgrade it first by starting this version's guardian on it (`vigil serve --db URL`), "+
+			"or use the Vigil that runs on it", current, known)}
+	case current > known:
+		return &schemaError{ErrSchemaTooNew, fmt.Sprintf("schema version %d is newer than this Vigil's (%d): "+
+			"use the newer Vigil that migrated it", current, known)}
 	}
-	for range opts.Committers {
-		db.workers.Go(db.committer)
+	return nil
+}
+
+// Export writes records as DB.Export does.
+func (ro *ReadOnly) Export(ctx context.Context, w io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
+	return ro.db.Export(ctx, w, opts)
+}
+
+// Describe names the database without its password.
+func (ro *ReadOnly) Describe() string { return ro.db.desc }
+
+// Close closes the connection pool.
+func (ro *ReadOnly) Close() error { return ro.db.Close() }
+
+// urlError reports why pgx refused dsn: its reason, which names the parameter at fault,
+// without the connection string pgx quotes (pgx masks passwords there on a best-effort
+// basis only) and with every password dsn holds masked, since a reason may quote a value
+// (a password put in the wrong parameter).
+func urlError(dsn string, err error) error {
+	reason := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		// Its text is "cannot parse `DSN`: REASON" or "… REASON (CAUSE)".
+		reason = pe.Error()
+		cause := ""
+		if c := pe.Unwrap(); c != nil {
+			cause = " (" + c.Error() + ")"
+		}
+		head := strings.TrimSuffix(reason, cause)
+		if i := strings.LastIndex(head, "`: "); i >= 0 {
+			reason = head[i+len("`: "):] + cause
+		}
 	}
-	return db, nil
+	return errors.New("storage: invalid PostgreSQL URL: " + Redact(dsn, reason))
+}
+
+// Redact masks in s every password dsn holds: the URL's user info and password and
+// sslpassword parameters, or a keyword/value DSN's password and sslpassword, each as
+// written and percent-decoded. A malformed DSN is read every plausible way: masking too
+// much of a message costs less than showing a password.
+func Redact(dsn, s string) string {
+	secrets := passwords(dsn)
+	sort.Slice(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	for _, p := range secrets {
+		s = strings.ReplaceAll(s, p, "xxxxx")
+	}
+	return s
+}
+
+// kvPassword finds the values of the password and sslpassword keywords of a keyword/value
+// DSN: quoted, quoted without the closing quote (the rest of the DSN), or plain.
+var kvPassword = regexp.MustCompile(`(?i)(?:^|\s)(?:ssl)?password\s*=\s*(?:'((?:[^'\\]|\\.)*)'|'(.*)$|(\S+))`)
+
+// passwords are the candidate passwords of dsn (see Redact).
+func passwords(dsn string) []string {
+	var out []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		out = append(out, p)
+		for _, unescape := range []func(string) (string, error){url.PathUnescape, url.QueryUnescape} {
+			if d, err := unescape(p); err == nil && d != p && d != "" {
+				out = append(out, d)
+			}
+		}
+		if d := strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(p); d != p {
+			out = append(out, d)
+		}
+	}
+	if IsURL(dsn) {
+		_, rest, _ := strings.Cut(dsn, "://")
+		// The user info ends at an '@': pgx takes the last one before the path, but a
+		// password with an unescaped '/', '?' or '@' makes that ambiguous, so each '@'
+		// ends a candidate.
+		for i := range len(rest) {
+			if rest[i] != '@' {
+				continue
+			}
+			if _, pw, ok := strings.Cut(rest[:i], ":"); ok {
+				add(pw)
+			}
+		}
+		for _, kv := range strings.FieldsFunc(rest, func(r rune) bool { return r == '?' || r == '&' }) {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue
+			}
+			if dk, err := url.QueryUnescape(k); err == nil {
+				k = dk
+			}
+			if k = strings.ToLower(strings.TrimSpace(k)); k == "password" || k == "sslpassword" {
+				add(v)
+			}
+		}
+		return out
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		for _, v := range m[1:] {
+			add(v)
+		}
+	}
+	return out
 }
 
 // describe names the database without its password.

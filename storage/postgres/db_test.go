@@ -488,3 +488,34 @@ func TestEventOfAMissingStepIsNull(t *testing.T) {
 		require.Contains(t, string(evs[2].Payload), `"seq":`)
 	}
 }
+
+// TestOpenNamesWhatIsWrongWithTheURL: a URL the driver cannot parse is reported with the
+// driver's reason, which names the parameter, and without the password wherever it was
+// (user info, a password or sslpassword parameter, a keyword/value DSN), also when the
+// driver quotes the connection string or a bad value that is the password.
+func TestOpenNamesWhatIsWrongWithTheURL(t *testing.T) {
+	const pw = "s3cretPW"
+	tests := []struct{ dsn, want string }{
+		{"postgres://vigil:" + pw + "@127.0.0.1:42999/vigil?sslmode=bogus", "sslmode is invalid"},
+		{"postgres://vigil:" + pw + "@127.0.0.1:42999/vigil?pool_max_conns=0", "pool_max_conns too small"},
+		{"postgres://vigil:" + pw + "@127.0.0.1:42999/vigil?pool_max_conns=" + pw, "cannot parse pool_max_conns"},
+		{"postgres://vigil:" + pw + "%21@127.0.0.1:42999/vigil?connect_timeout=" + pw + "%21", "invalid connect_timeout"},
+		{"postgres://vigil:" + pw + "@127.0.0.1:notaport/vigil", "invalid port"},
+		{"postgres://vigil:" + pw + "/x@127.0.0.1/vigil?sslmode=bogus", "invalid port"},
+		{"postgres://vigil:" + pw + " x@127.0.0.1/vigil", "spaces found in password"},
+		{"postgresql://vigil@127.0.0.1:42999/vigil?password=" + pw + "&connect_timeout=" + pw, "invalid connect_timeout"},
+		{"postgres://vigil@127.0.0.1:42999/vigil?sslpassword=" + pw + "&pool_max_conn_lifetime=" + pw, "cannot parse pool_max_conn_lifetime"},
+		{"postgres://vigil@127.0.0.1:42999/vigil?PassWord=" + pw + "&sslmode=bogus", "sslmode is invalid"},
+		{"host=127.0.0.1 port=42999 user=vigil password=" + pw + " sslmode=bogus", "sslmode is invalid"},
+		{"host=127.0.0.1 user=vigil password='" + pw + "' connect_timeout=" + pw, "invalid connect_timeout"},
+		{"host=127.0.0.1 user=vigil password='" + pw + " x", "unterminated quoted string"},
+	}
+	for _, tc := range tests {
+		_, err := Open(context.Background(), tc.dsn, Options{})
+		require.Error(t, err, tc.dsn)
+		require.Contains(t, err.Error(), "storage: invalid PostgreSQL URL: ", tc.dsn)
+		require.Contains(t, err.Error(), tc.want, tc.dsn)
+		require.NotContains(t, err.Error(), pw, tc.dsn)
+		require.NotContains(t, err.Error(), strings.ToLower(pw), tc.dsn)
+	}
+}
