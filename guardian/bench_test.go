@@ -10,10 +10,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/guardian/ruleenv"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
@@ -235,5 +238,67 @@ func benchAOSSerial(b *testing.B, policy guardian.Policy, steps int, cold bool) 
 		if w.Code != http.StatusOK {
 			b.Fatalf("status %d: %s", w.Code, w.Body)
 		}
+	}
+}
+
+// BenchmarkDecideEvicted is the rules' decision on one step (its Env built as the guardian
+// builds it, with the session's counts, 300 earlier steps) after 8 MiB written: a decision
+// whose code and data the rest of the machine pushed out of the caches, as between two steps
+// of one agent. decide-ns/op is the decision alone, read from the clock around it (stopping
+// the benchmark's timer would read the runtime's memory statistics, warming the allocator's
+// data again). Run under cachegrind with two fixed counts, the difference gives the
+// instructions and cache lines one decision reads (docs/performance.md):
+//
+//	go test -c -o /tmp/guardian.test ./guardian/ && cd guardian && valgrind --tool=cachegrind \
+//	  --I1=32768,8,64 --D1=49152,12,64 --LL=1048576,16,64 /tmp/guardian.test -test.run '^$' \
+//	  -test.bench 'DecideEvicted/realistic' -test.benchtime 400x
+func BenchmarkDecideEvicted(b *testing.B) {
+	body, err := os.ReadFile(filepath.Join("aos", "testdata", "toolCallRequest.json"))
+	require.NoError(b, err)
+	data, err := os.ReadFile(filepath.Join("..", "bench", "rules-realistic.yaml"))
+	require.NoError(b, err)
+	f, err := rules.ParseFile("rules-realistic.yaml", data)
+	require.NoError(b, err)
+	tools := []string{"search_web", "read_file", "send_email", "transfer_funds"}
+	var steps []*aos.Step
+	for _, t := range tools {
+		s, perr := aos.ParseStep([]byte(strings.Replace(string(body), `"toolId": "refund_payment"`, `"toolId": "`+t+`"`, 1)))
+		require.Nil(b, perr)
+		steps = append(steps, s)
+	}
+	at := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	hist := make([]rules.HistoryStep, 300)
+	for k := range hist {
+		hist[k] = ruleenv.HistoryStep(steps[k%len(steps)], "allow", int64(k+1), at.Add(time.Duration(k)*100*time.Millisecond))
+	}
+	counts := rules.CountSteps(hist)
+	now := at.Add(time.Duration(len(hist)) * 100 * time.Millisecond)
+	for _, set := range []struct {
+		name  string
+		rules []rules.Rule
+	}{{"none", nil}, {"realistic", f.Rules}} {
+		b.Run(set.name, func(b *testing.B) {
+			engine := rules.NewEngine(rules.Options{})
+			require.NoError(b, engine.Load(set.rules))
+			evict := make([]byte, 8<<20)
+			var decide time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for k := 0; k < len(evict); k += 64 {
+					evict[k]++
+				}
+				step := steps[i%len(steps)]
+				t0 := time.Now()
+				prog := engine.Program()
+				env := ruleenv.BuildFor(prog, step, ruleenv.History{SessionID: "s", StepCount: len(hist), Steps: hist, Counts: counts}, now)
+				v := guardian.FromRulesVerdict(step, prog.Evaluate(env), nil)
+				decide += time.Since(t0)
+				if v.Decision == "" {
+					b.Fatal("no decision")
+				}
+			}
+			b.ReportMetric(float64(decide.Nanoseconds())/float64(b.N), "decide-ns/op")
+		})
 	}
 }
