@@ -9,6 +9,8 @@ package storage
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -87,11 +89,46 @@ type Holds interface {
 type Rules interface {
 	ListRules(ctx context.Context) ([]rules.Rule, error)
 	GetRule(ctx context.Context, id string) (rules.Rule, error)
-	// ApplyRules commits several changes and their events in one transaction.
+	// ApplyRules commits several changes and their events in one transaction, all or none,
+	// and returns for each change the rule as stored (for a delete: as it was).
+	//
+	// Each change's precondition is checked against the stored rule inside that
+	// transaction, under the lock that serialises rule writes, so it holds across the
+	// processes and replicas sharing the database (a check made on an earlier read would
+	// let two of them both pass it):
+	//   - create: the rule must not exist, else an error wrapping record.ErrExists.
+	//   - update, enable, disable: the rule must exist, else record.ErrNotFound; a
+	//     non-zero Rule.Version is the version the change was made from, and must be the
+	//     stored one, else a *StaleRuleError (ErrStaleRule).
+	//   - delete: the rule must exist, else record.ErrNotFound.
+	//   - any other change that would store the rule's content as it is (equal apart from
+	//     version and save time) stores nothing: no version, event or audit entry, and
+	//     its result is the stored rule. Its id is then not in the batch's reload event
+	//     (b.EventOp), which is left out too when no change was stored.
 	ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error)
 	RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error)
 	RuleVersion(ctx context.Context, id string, version int) (record.RuleVersion, error)
 }
+
+// ErrStaleRule is what a *StaleRuleError matches: a rule change made from a version that
+// is no longer the stored one (someone saved the rule in between).
+var ErrStaleRule = errors.New("rule was changed meanwhile")
+
+// StaleRuleError is ApplyRules' error when a change's expected version (Rule.Version) is
+// not the stored one. Stored is the version the transaction found, for the caller's
+// message: a version read again afterwards could already be newer still.
+type StaleRuleError struct {
+	ID       string
+	Stored   int
+	Expected int
+}
+
+func (e *StaleRuleError) Error() string {
+	return fmt.Sprintf("storage: rule %q is at version %d, the change was made from version %d: %v",
+		e.ID, e.Stored, e.Expected, ErrStaleRule)
+}
+
+func (e *StaleRuleError) Unwrap() error { return ErrStaleRule }
 
 // Auth keeps agent keys, operator accounts and console sign-in sessions.
 type Auth interface {

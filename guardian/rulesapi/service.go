@@ -5,7 +5,11 @@
 // the whole candidate set (refusing it with diagnostics when any rule fails), commit it to
 // the store with its rule.changed events, load the same set into the engine (an atomic
 // swap: a request in flight sees the old set or the new one, never a mix), and only then
-// publish the events. Changes are serialised by one mutex.
+// publish the events. Changes are serialised by one mutex within this process; what a
+// change requires of the stored rule (that a created id is free, that an edit was made
+// from the stored version, that a save changes something) the store checks again inside
+// the write's transaction, so it also holds against other replicas and processes sharing
+// the database: the checks made here on the rules read before are only a fast path.
 package rulesapi
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Store is what the rules service needs from persistence; every storage backend implements it.
@@ -32,7 +37,11 @@ type Store interface {
 	ListRules(ctx context.Context) ([]rules.Rule, error)
 	// GetRule returns one rule or an error wrapping storage.ErrNotFound.
 	GetRule(ctx context.Context, id string) (rules.Rule, error)
-	// ApplyRules commits several changes and their events in one transaction.
+	// ApplyRules commits several changes and their events in one transaction, checking
+	// each change's precondition in it (storage.Rules): a create of an existing id wraps
+	// record.ErrExists, an edit made from another version is a *storage.StaleRuleError,
+	// an edit or delete of a missing rule wraps record.ErrNotFound, and a change that
+	// would leave a rule as it is stores nothing.
 	ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule, []record.Event, error)
 	// RuleVersions returns a rule's versions newest first, also for a deleted rule.
 	RuleVersions(ctx context.Context, id string) ([]record.RuleVersion, error)
@@ -285,15 +294,24 @@ func validate(r rules.Rule) error {
 
 // commit applies changes to the current set cur under s.mu: compile the candidate set,
 // write it with its events, load it into the engine, publish. It returns the stored rules
-// of the changes in order.
-func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []record.RuleChange, operator, eventOp string) ([]rules.Rule, error) {
-	for i := range changes {
-		if changes[i].Op != record.RuleOpDelete {
-			changes[i].Rule = normalize(changes[i].Rule)
+// of the changes in order, and how many changes the store wrote: it skips those that
+// would leave a rule as it is (another replica may have saved the same content since cur
+// was read). The store's refusals come back as they are; the callers name them (ruleErr).
+//
+// The Rule.Version of an update, enable or disable is kept: it is the version the change
+// was made from, which the store requires to be the stored one (0: no check).
+func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []record.RuleChange, operator, eventOp string) ([]rules.Rule, int, error) {
+	for i, c := range changes {
+		if c.Op != record.RuleOpDelete {
+			changes[i].Rule = normalize(c.Rule)
+		}
+		switch c.Op {
+		case record.RuleOpUpdate, record.RuleOpEnable, record.RuleOpDisable:
+			changes[i].Rule.Version = c.Rule.Version
 		}
 	}
 	if _, err := rules.Compile(merge(cur, changes, nil), s.draftOptions()); err != nil {
-		return nil, asInvalid(err)
+		return nil, 0, asInvalid(err)
 	}
 	// The write must not be abandoned half-way by a caller that goes away: once queued it
 	// may commit, and the engine has to follow whatever the database holds.
@@ -302,19 +320,73 @@ func (s *Service) commit(ctx context.Context, cur []rules.Rule, changes []record
 		Changes: changes, Operator: operator, At: s.now(), EventOp: eventOp,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rulesapi: save rules: %w", err)
+		return nil, 0, fmt.Errorf("rulesapi: save rules: %w", err)
+	}
+	stored := storedIDs(events)
+	if len(stored) == 0 {
+		// Nothing changed, so the engine has nothing new to load: a rule another replica
+		// saved meanwhile reaches it through Follow, as any change of theirs does.
+		return saved, 0, nil
 	}
 	if err := s.engine.Load(merge(cur, changes, saved)); err != nil {
 		s.revert(wctx, cur, changes, operator, events)
-		return nil, fmt.Errorf("rulesapi: load rules (change reverted): %w", err)
+		return nil, 0, fmt.Errorf("rulesapi: load rules (change reverted): %w", err)
 	}
 	for _, ev := range events {
 		s.publish(ev)
 	}
+	n := 0
 	for i, c := range changes {
-		s.log.Info("rule changed", "op", c.Op, "rule", c.Rule.ID, "version", saved[i].Version, "operator", operator)
+		if stored[c.Rule.ID] {
+			n++
+			s.log.Info("rule changed", "op", c.Op, "rule", c.Rule.ID, "version", saved[i].Version, "operator", operator)
+		}
 	}
-	return saved, nil
+	return saved, n, nil
+}
+
+// storedIDs names the rules a batch stored, from its rule.changed events (one per change,
+// or one naming them all): the store writes none for a change it skipped.
+func storedIDs(events []record.Event) map[string]bool {
+	ids := map[string]bool{}
+	for _, ev := range events {
+		if ev.Type != record.EventRuleChanged {
+			continue
+		}
+		var p record.RuleChangedPayload
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			continue
+		}
+		if p.RuleID != "" {
+			ids[p.RuleID] = true
+		}
+		for _, id := range p.RuleIDs {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// ruleAttempts bounds how often a change that needs no operator's decision (an upsert, an
+// enable or disable, an import) is made again when another replica changed the rules
+// between its read and its write.
+const ruleAttempts = 5
+
+// ruleErr names, for the API, a precondition the store refused for a change of rule id,
+// with the messages the same refusal has when this process sees it first: a conflict for
+// an id that exists or a stale version, not found for a rule that is gone.
+func ruleErr(err error, id string) error {
+	var stale *storage.StaleRuleError
+	switch {
+	case errors.As(err, &stale):
+		return fmt.Errorf("rule %q was changed meanwhile (now version %d, edited version %d): %w",
+			id, stale.Stored, stale.Expected, ErrConflict)
+	case errors.Is(err, record.ErrExists):
+		return fmt.Errorf("rule %q already exists: %w", id, ErrConflict)
+	case errors.Is(err, record.ErrNotFound):
+		return notFound(id)
+	}
+	return err
 }
 
 // revert undoes a committed change the engine refused, restoring cur in the store. It is a
@@ -412,9 +484,10 @@ func (s *Service) Create(ctx context.Context, r rules.Rule, operator string) (ru
 	if _, ok := find(cur, r.ID); ok {
 		return rules.Rule{}, fmt.Errorf("rule %q already exists: %w", r.ID, ErrConflict)
 	}
-	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpCreate, Rule: r}}, operator, "")
+	// Another replica may create the id after this read: the store refuses the create then.
+	saved, _, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpCreate, Rule: r}}, operator, "")
 	if err != nil {
-		return rules.Rule{}, err
+		return rules.Rule{}, ruleErr(err, r.ID)
 	}
 	return saved[0], nil
 }
@@ -443,9 +516,11 @@ func (s *Service) Update(ctx context.Context, r rules.Rule, operator string) (ru
 	if sameContent(old, r) {
 		return old, nil
 	}
-	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpUpdate, Rule: r}}, operator, "")
+	// r.Version goes to the store, which checks it again against the version stored when
+	// it writes: another replica may have saved the rule after this read.
+	saved, _, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpUpdate, Rule: r}}, operator, "")
 	if err != nil {
-		return rules.Rule{}, err
+		return rules.Rule{}, ruleErr(err, r.ID)
 	}
 	return saved[0], nil
 }
@@ -456,21 +531,32 @@ func (s *Service) Upsert(ctx context.Context, r rules.Rule, operator string) err
 	if err := validate(r); err != nil {
 		return err
 	}
+	r.Version = 0 // an upsert saves r whatever the stored version is
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, err := s.store.ListRules(ctx)
-	if err != nil {
-		return err
-	}
-	op := record.RuleOpCreate
-	if old, ok := find(cur, r.ID); ok {
-		if sameContent(old, r) {
-			return nil
+	for attempt := 1; ; attempt++ {
+		cur, err := s.store.ListRules(ctx)
+		if err != nil {
+			return err
 		}
-		op = record.RuleOpUpdate
+		op := record.RuleOpCreate
+		if old, ok := find(cur, r.ID); ok {
+			if sameContent(old, r) {
+				return nil
+			}
+			op = record.RuleOpUpdate
+		}
+		_, _, err = s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
+		if attempt < ruleAttempts && (errors.Is(err, record.ErrExists) || errors.Is(err, record.ErrNotFound)) {
+			// Another replica created or deleted the rule after the read: decide create or
+			// update again from the rule as it is now.
+			continue
+		}
+		if err != nil {
+			return ruleErr(err, r.ID)
+		}
+		return nil
 	}
-	_, err = s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
-	return err
 }
 
 // Delete removes a rule; its versions stay and it can be restored.
@@ -484,9 +570,9 @@ func (s *Service) Delete(ctx context.Context, id, operator string) (rules.Rule, 
 	if _, ok := find(cur, id); !ok {
 		return rules.Rule{}, notFound(id)
 	}
-	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpDelete, Rule: rules.Rule{ID: id}}}, operator, "")
+	saved, _, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpDelete, Rule: rules.Rule{ID: id}}}, operator, "")
 	if err != nil {
-		return rules.Rule{}, err
+		return rules.Rule{}, ruleErr(err, id)
 	}
 	return saved[0], nil
 }
@@ -495,27 +581,35 @@ func (s *Service) Delete(ctx context.Context, id, operator string) (rules.Rule, 
 func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, operator string) (rules.Rule, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, err := s.store.ListRules(ctx)
-	if err != nil {
-		return rules.Rule{}, err
+	for attempt := 1; ; attempt++ {
+		cur, err := s.store.ListRules(ctx)
+		if err != nil {
+			return rules.Rule{}, err
+		}
+		r, ok := find(cur, id)
+		if !ok {
+			return rules.Rule{}, notFound(id)
+		}
+		if r.Enabled == enabled {
+			return r, nil
+		}
+		r.Enabled = enabled
+		op := record.RuleOpDisable
+		if enabled {
+			op = record.RuleOpEnable
+		}
+		// The change is the rule as read with its state flipped, so it carries the version
+		// read: saved over an edit another replica made since, it would undo that edit.
+		// The store refuses it then, and it is made again from the rule as it is now.
+		saved, _, err := s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
+		if attempt < ruleAttempts && errors.Is(err, storage.ErrStaleRule) {
+			continue
+		}
+		if err != nil {
+			return rules.Rule{}, ruleErr(err, id)
+		}
+		return saved[0], nil
 	}
-	r, ok := find(cur, id)
-	if !ok {
-		return rules.Rule{}, notFound(id)
-	}
-	if r.Enabled == enabled {
-		return r, nil
-	}
-	r.Enabled = enabled
-	op := record.RuleOpDisable
-	if enabled {
-		op = record.RuleOpEnable
-	}
-	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: op, Rule: r}}, operator, "")
-	if err != nil {
-		return rules.Rule{}, err
-	}
-	return saved[0], nil
 }
 
 // Restore saves version n of a rule as its newest version; this also brings back a
@@ -536,7 +630,9 @@ func (s *Service) Restore(ctx context.Context, id string, version int, operator 
 	if old, ok := find(cur, id); ok && sameContent(old, v.Rule) {
 		return old, nil
 	}
-	saved, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpRestore, Rule: v.Rule}}, operator, "")
+	// Equal to the rule as stored when written (another replica restored it too, say), the
+	// restore stores nothing and saved[0] is that rule.
+	saved, _, err := s.commit(ctx, cur, []record.RuleChange{{Op: record.RuleOpRestore, Rule: v.Rule}}, operator, "")
 	if err != nil {
 		return rules.Rule{}, err
 	}
@@ -621,35 +717,47 @@ func (s *Service) importRules(ctx context.Context, f *rules.File, mode, operator
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, err := s.store.ListRules(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	inFile := make(map[string]bool, len(f.Rules))
-	var changes []record.RuleChange
-	for _, r := range f.Rules {
-		inFile[r.ID] = true
-		if old, ok := find(cur, r.ID); ok && sameContent(old, r) {
-			continue
+	for attempt := 1; ; attempt++ {
+		cur, err := s.store.ListRules(ctx)
+		if err != nil {
+			return 0, nil, err
 		}
-		changes = append(changes, record.RuleChange{Op: record.RuleOpImport, Rule: r})
-	}
-	if mode == ModeReplace {
-		for _, r := range cur {
-			if !inFile[r.ID] {
-				changes = append(changes, record.RuleChange{Op: record.RuleOpDelete, Rule: rules.Rule{ID: r.ID}})
+		inFile := make(map[string]bool, len(f.Rules))
+		var changes []record.RuleChange
+		for _, r := range f.Rules {
+			inFile[r.ID] = true
+			if old, ok := find(cur, r.ID); ok && sameContent(old, r) {
+				continue
+			}
+			changes = append(changes, record.RuleChange{Op: record.RuleOpImport, Rule: r})
+		}
+		if mode == ModeReplace {
+			for _, r := range cur {
+				if !inFile[r.ID] {
+					changes = append(changes, record.RuleChange{Op: record.RuleOpDelete, Rule: rules.Rule{ID: r.ID}})
+				}
 			}
 		}
+		if len(changes) == 0 {
+			return 0, nil, nil
+		}
+		// The store skips a rule some other replica stored as the file has it after this
+		// read (replicas started together with one file each import it), so n counts what
+		// this import changed.
+		saved, n, err := s.commit(ctx, cur, changes, operator, record.RuleOpReload)
+		if attempt < ruleAttempts && errors.Is(err, record.ErrNotFound) {
+			// A rule to delete was deleted by another replica after the read (which
+			// fails the whole batch): compare the file with the rules as they are now.
+			continue
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		if n > 0 {
+			s.log.Info("rules imported", "file", f.Name(), "mode", mode, "changed", n, "operator", operator)
+		}
+		return n, saved, nil
 	}
-	if len(changes) == 0 {
-		return 0, nil, nil
-	}
-	saved, err := s.commit(ctx, cur, changes, operator, record.RuleOpReload)
-	if err != nil {
-		return 0, nil, err
-	}
-	s.log.Info("rules imported", "file", f.Name(), "mode", mode, "changed", len(changes), "operator", operator)
-	return len(changes), saved, nil
 }
 
 // viewFields are the JSON fields RuleView adds to a rule's own. They are read-only, yet a

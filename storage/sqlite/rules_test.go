@@ -3,6 +3,9 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 func testRule(id, when string) rules.Rule {
@@ -251,4 +255,78 @@ func newestSeq(t *testing.T, db *DB) int64 {
 	seq, err := lastSeq(context.Background(), db.Reader())
 	require.NoError(t, err)
 	return seq
+}
+
+// TestRulePreconditionsBesideHolder races rule writes of the guardian holding the database
+// and of a command beside it (another connection, as another process has): the
+// preconditions are checked inside each write's transaction, which holds the database's
+// write lock from its start, so of a create of one id, or of two edits made from one
+// version, exactly one is stored.
+func TestRulePreconditionsBesideHolder(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	holder, err := Open(ctx, path, Options{ManualIndex: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, holder.Close()) })
+	beside, err := Open(ctx, path, Options{Beside: true, Readers: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, beside.Close()) })
+	dbs := []*DB{holder, beside}
+
+	raceBoth := func(change func(i int) record.RuleChange) []error {
+		errs := make([]error, len(dbs))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, db := range dbs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, _, errs[i] = db.ApplyRules(ctx, record.RuleBatch{Operator: fmt.Sprintf("op%d", i),
+					Changes: []record.RuleChange{change(i)}})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return errs
+	}
+	for round := range 10 {
+		id := fmt.Sprintf("race-%d", round)
+		errs := raceBoth(func(i int) record.RuleChange {
+			r := testRule(id, "true")
+			r.Name = fmt.Sprintf("by %d", i)
+			return record.RuleChange{Op: record.RuleOpCreate, Rule: r}
+		})
+		require.Equal(t, 1, countNil(errs), "round %d: exactly one create of %s: %v", round, id, errs)
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, record.ErrExists)
+			}
+		}
+		errs = raceBoth(func(i int) record.RuleChange {
+			r := testRule(id, fmt.Sprintf("%d == %d", i, i))
+			r.Version = 1
+			return record.RuleChange{Op: record.RuleOpUpdate, Rule: r}
+		})
+		require.Equal(t, 1, countNil(errs), "round %d: exactly one update of version 1: %v", round, errs)
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, storage.ErrStaleRule)
+			}
+		}
+		vs, err := holder.RuleVersions(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{record.RuleOpUpdate, record.RuleOpCreate}, []string{vs[0].Op, vs[1].Op})
+		require.Len(t, vs, 2)
+	}
+}
+
+func countNil(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err == nil {
+			n++
+		}
+	}
+	return n
 }

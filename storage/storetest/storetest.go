@@ -8,7 +8,8 @@
 //
 // It covers every method, the errors callers branch on (record.ErrNotFound,
 // record.ErrHoldDecided, record.ErrInvalidCursor, record.ErrBadQuery, record.ErrExists,
-// record.ErrLastAdmin) and the ordering guarantees the live stream and the console rely on:
+// record.ErrLastAdmin, storage.ErrStaleRule), the preconditions of rule changes under
+// concurrent writers, and the ordering guarantees the live stream and the console rely on:
 // seqs strictly increasing, EventsAfter in seq order and never skipping an event a poller
 // could have missed, sessions newest first with cursor paging, steps in arrival order.
 package storetest
@@ -38,7 +39,7 @@ type testCase struct {
 func Run(t *testing.T, open Open) {
 	var cases []testCase
 	for _, group := range [][]testCase{stepCases, eventCases, sessionCases, peerCases, holdCases, auditCases,
-		ruleCases, authCases, searchCases, statsCases, maintenanceCases} {
+		ruleCases, ruleConditionCases, authCases, searchCases, statsCases, maintenanceCases} {
 		cases = append(cases, group...)
 	}
 	for _, tc := range cases {
