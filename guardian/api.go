@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/apijson"
@@ -23,6 +24,7 @@ func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
 	mux.HandleFunc("/aos", g.handleAOS)
 	mux.HandleFunc(PreviewPath, g.handlePreview)
 	mux.HandleFunc("GET /api/info", g.handleInfo)
+	mux.Handle("GET "+HealthPath, g.healthHandler())
 	mux.HandleFunc("GET /api/sessions", g.handleSessions)
 	mux.HandleFunc("GET /api/sessions/{id}", g.handleSession)
 	mux.HandleFunc("GET /api/sessions/{id}/steps", g.handleSessionSteps)
@@ -211,6 +213,84 @@ func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
 		DB:          g.cfg.DBPath,
 		RulesFile:   g.cfg.RulesFile,
 	})
+}
+
+// HealthPath is the health check of load balancers and orchestrators (GET or HEAD). It
+// needs no credentials (team mode's middleware lets it through: auth.HealthPath) and so
+// tells nothing but whether this process can serve: no version, address or database name,
+// which GET /api/info gives signed-in operators.
+const HealthPath = "/api/health"
+
+// Health is the answer of GET /api/health: status "ok" (200), or "unavailable" (503) with
+// a short reason.
+type Health struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+const (
+	// healthTimeout bounds one check of the database: a check that hangs (a stalled
+	// connection) answers 503 within it, before a balancer's own check times out.
+	healthTimeout = 2 * time.Second
+	// healthTTL is how long a check's result answers the checks that follow: the route
+	// is open to anyone, so however often it is asked it costs at most one small read
+	// per TTL, and balancers checking every few seconds still see a change within one.
+	healthTTL = time.Second
+	// healthProbeSession is the session the check reads: a primary-key lookup that every
+	// backend answers without waiting for steps being written (a session id is never
+	// empty, so it finds nothing, which is an answer as good as a row).
+	healthProbeSession = ""
+)
+
+// healthCheck answers HealthPath. This process can serve when its database answers a read
+// within healthTimeout: every step is stored before it is answered, so a replica that
+// cannot reach its database can only refuse steps, and a balancer should send them to
+// another. The checks are serialised, so concurrent requests share one read.
+type healthCheck struct {
+	g     *Guardian
+	mu    sync.Mutex
+	at    time.Time // of the last read; zero before the first
+	err   error
+	wasOK bool
+}
+
+func (g *Guardian) healthHandler() http.Handler { return &healthCheck{g: g, wasOK: true} }
+
+func (h *healthCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A balancer must see each check's own answer, never a cached one.
+	w.Header().Set("Cache-Control", "no-store")
+	if err := h.check(); err != nil {
+		apijson.Write(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Reason: "the database did not answer"})
+		return
+	}
+	apijson.Write(w, http.StatusOK, Health{Status: "ok"})
+}
+
+// check reads the database unless a read within healthTTL answers for it.
+func (h *healthCheck) check() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.g.now()
+	if !h.at.IsZero() && now.Sub(h.at) >= 0 && now.Sub(h.at) < healthTTL {
+		return h.err
+	}
+	// Not the request's context: the result answers the other checks too.
+	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
+	defer cancel()
+	_, err := h.g.store.Session(ctx, healthProbeSession)
+	if errors.Is(err, record.ErrNotFound) {
+		err = nil
+	}
+	h.at, h.err = h.g.now(), err
+	// Logged when the answer changes, not at every check of every balancer.
+	switch {
+	case err != nil && h.wasOK:
+		h.g.log.Error("health check: the database did not answer; answering 503", "err", err)
+	case err == nil && !h.wasOK:
+		h.g.log.Info("health check: the database answers again")
+	}
+	h.wasOK = err == nil
+	return err
 }
 
 func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {

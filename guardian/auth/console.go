@@ -51,6 +51,18 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	apijson.Error(w, e.status, e.code, e.message)
 }
 
+// HealthPath is the guardian's health check (guardian.HealthPath). Load balancers and
+// orchestrators call it without credentials, so ConsoleMiddleware lets a GET or HEAD of
+// exactly this path through: it answers only whether the process can serve.
+const HealthPath = "/api/health"
+
+// healthCheck reports a request for HealthPath as it is written, unescaped: a spelling
+// the mux would route there too (/api/%68ealth) is checked as any console request.
+func healthCheck(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.URL.Path == HealthPath && r.URL.EscapedPath() == HealthPath
+}
+
 // Wrap applies AgentMiddleware to /aos (and its dry run /aos/preview) and ConsoleMiddleware to everything else: the one
 // call needed around the guardian's whole handler. Behind a trusted proxy it first sets the
 // request's RemoteAddr to the client the proxy names.
@@ -66,8 +78,8 @@ func (a *Auth) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// ConsoleMiddleware guards the console API (/api/…; the static UI, /aos and /api/auth/…
-// pass through). Once operator accounts exist every request needs a signed-in session
+// ConsoleMiddleware guards the console API (/api/…; the static UI, /aos, /api/auth/… and
+// the health check pass through). Once operator accounts exist every request needs a signed-in session
 // whose role suffices for the route (see RequiredRole), and every state-changing request
 // must carry the session's CSRF token in X-CSRF-Token. With no accounts the console is open
 // to clients on this machine when the server listens on loopback (or anywhere with
@@ -81,7 +93,7 @@ func (a *Auth) ConsoleMiddleware(next http.Handler) http.Handler {
 		decoded, escaped := cleanPath(r.URL.Path), cleanPath(r.URL.EscapedPath())
 		api := func(p string) bool { return strings.HasPrefix(p, "/api/") }
 		signIn := func(p string) bool { return strings.HasPrefix(p, "/api/auth/") }
-		if !api(decoded) && !api(escaped) || signIn(decoded) && signIn(escaped) {
+		if !api(decoded) && !api(escaped) || signIn(decoded) && signIn(escaped) || healthCheck(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -56,6 +56,10 @@ const (
 	// ReasonRestarting: the guardian stopped while the step waited; sending it again once
 	// the guardian is back gets it reviewed.
 	ReasonRestarting = "GUARDIAN_RESTARTING"
+	// ReasonNotRecorded: the hold ended (its timeout, its agent leaving, a shutdown) but
+	// the end could not be stored, so the step was denied whatever that end decided: the
+	// agent is never let through on an outcome the record would not show.
+	ReasonNotRecorded = "HOLD_NOT_RECORDED"
 )
 
 // Session controls (states) as Control reports them.
@@ -327,6 +331,13 @@ type Manager struct {
 	// closing is closed by Shutdown: every waiting hold then times out.
 	closing chan struct{}
 	waiters sync.WaitGroup
+	// unrecorded are the holds whose end could not be stored: their agents were denied,
+	// and a recorder (one goroutine each, in recorders) stores the deny until it sticks.
+	// Until then a decision for one of them is refused, here and (the hold stays owned by
+	// this process) when another replica forwards it: the store still says pending, and
+	// an approval stored now would contradict the deny the agent got.
+	unrecorded map[string]Hold
+	recorders  sync.WaitGroup
 
 	ctlMu    sync.RWMutex
 	controls map[string]string
@@ -446,6 +457,7 @@ func NewManager(opts Options) *Manager {
 		maxBytes:       opts.MaxPendingBytes,
 		agentMax:       opts.MaxPendingPerAgent,
 		pending:        make(map[string]*waiter),
+		unrecorded:     make(map[string]Hold),
 		agents:         shares{},
 		keys:           shares{},
 		closing:        make(chan struct{}),
@@ -547,6 +559,9 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		m.waiters.Wait()
+		// A hold whose end could not be stored (the shutdown's own, or an earlier one) has
+		// a recorder, added before its waiter finished; it makes a last attempt now.
+		m.recorders.Wait()
 		close(done)
 	}()
 	select {
@@ -766,29 +781,193 @@ func (r *Request) final(params json.RawMessage) (json.RawMessage, error) {
 }
 
 // finish resolves a hold without an operator (timeout, disconnect, shutdown). When the
-// store already holds a decision (made elsewhere), that decision stands; when the store
-// fails, the agent still gets res and the error is logged.
+// store already holds a decision (made elsewhere), that decision stands. When the store
+// fails, the agent is denied whatever res decided (see unrecordedEnd): an answer is only
+// ever one the record shows, or will show.
 func (m *Manager) finish(w *waiter, h Hold, res record.HoldResolution, auditType string, detail json.RawMessage) Outcome {
-	defer m.release(w)
 	res.DecidedAt = m.clock.Now()
 	audit := &AuditEntry{Type: auditType, Detail: detail}
 	stored, events, err := m.store.ResolveHold(context.Background(), h.ID, res, audit)
 	switch {
 	case err == nil:
+		m.release(w)
 		m.publishAll(events)
 		h = stored
 	case errors.Is(err, ErrConflict):
 		// Decided elsewhere (another replica's console) just before: that decision stands,
 		// with the modifications that matched with the hold, as here.
+		m.release(w)
 		m.log.Info("hold ended", "hold", h.ID, "status", stored.Status, "decision", stored.Decision)
 		return m.outcomeStored(w, stored)
 	default:
-		m.log.Error("could not store the end of a hold; the agent is answered anyway",
-			"hold", h.ID, "status", res.Status, "err", err)
-		h.Status, h.Decision, h.Note, h.DecidedAt = res.Status, res.Decision, res.Note, res.DecidedAt
+		return m.unrecordedEnd(w, h, res, err)
 	}
 	m.log.Info("hold ended", "hold", h.ID, "status", h.Status, "decision", h.Decision)
 	return outcomeOf(h)
+}
+
+// unrecordedEnd answers the agent of a hold whose end res could not be stored (err): with a
+// deny, never res's allow or modify, since the record would otherwise contradict the answer
+// (the hold left pending is later ended as interrupted, a deny, by a restart or a replica's
+// sweep, or could be approved by an operator after the agent went ahead).
+//
+// The deny is stored at once as the hold's end, status interrupted, a write that may
+// succeed where res's failed (a constraint or trigger on one status, a passing error). If
+// it fails as well the hold stays pending in the store: it is kept owned here, every
+// decision for it is refused, and a recorder stores the deny once the store takes it. A
+// stop before that leaves it to the next start (or, with replicas, to a survivor's sweep
+// of unowned holds), which ends it as interrupted too. The guardian stores the step with
+// this deny, so the step, the hold and the audit log all say the agent was denied.
+func (m *Manager) unrecordedEnd(w *waiter, h Hold, res record.HoldResolution, err error) Outcome {
+	m.log.Error("could not store the end of a hold; its agent is denied",
+		"hold", h.ID, "status", res.Status, "decision", res.Decision, "err", err)
+	end := notRecorded(h, res, m.clock.Now())
+	stored, events, err := m.store.ResolveHold(context.Background(), h.ID, end.resolution(), end.audit())
+	switch {
+	case err == nil:
+		m.release(w)
+		m.publishAll(events)
+		m.log.Warn("hold ended as interrupted: its end could not be stored", "hold", h.ID, "status", stored.Status)
+		return end.outcome(stored)
+	case errors.Is(err, ErrConflict):
+		// The first write was stored after all (it failed after its commit), or another
+		// process ended the hold meanwhile: what the store holds is the end.
+		m.release(w)
+		m.log.Info("hold ended", "hold", h.ID, "status", stored.Status, "decision", stored.Decision)
+		return m.outcomeStored(w, stored)
+	}
+	m.log.Error("could not store the deny of a hold whose end could not be stored; retrying until it is",
+		"hold", h.ID, "err", err)
+	m.mu.Lock()
+	m.unrecorded[h.ID] = end.hold
+	m.recorders.Add(1)
+	m.mu.Unlock()
+	m.releaseKeepOwner(w)
+	go m.recordLater(end)
+	return end.outcome(end.hold)
+}
+
+// notRecordedEnd is the deny of a hold whose end could not be stored, as it is to be stored.
+type notRecordedEnd struct {
+	// hold is the hold as ended: interrupted, denied, with a note saying why.
+	hold Hold
+	// lost is the end that could not be stored.
+	lost record.HoldResolution
+}
+
+func notRecorded(h Hold, lost record.HoldResolution, at time.Time) notRecordedEnd {
+	h.Status, h.Decision, h.DecidedBy, h.DecidedAt, h.Params = StatusInterrupted, string(rules.ActionDeny), "", at, nil
+	h.Note = fmt.Sprintf("not recorded: the hold's end (%s, decision %s: %s) could not be stored, so its agent was denied",
+		lost.Status, lost.Decision, lost.Note)
+	return notRecordedEnd{hold: h, lost: lost}
+}
+
+func (e notRecordedEnd) resolution() record.HoldResolution {
+	return record.HoldResolution{Status: e.hold.Status, Decision: e.hold.Decision,
+		DecidedAt: e.hold.DecidedAt, Note: e.hold.Note}
+}
+
+// audit is the entry of the stored deny; a new one for each write, which fills it in.
+func (e notRecordedEnd) audit() *AuditEntry {
+	detail, _ := json.Marshal(map[string]string{"reason": "not recorded", // strings always marshal
+		"status": e.lost.Status, "decision": e.lost.Decision})
+	return &AuditEntry{Type: record.AuditHoldInterrupted, Note: e.hold.Note, Detail: detail}
+}
+
+// outcome is the agent's answer: a deny that says the end could not be recorded (not the
+// restart message an interrupted hold otherwise gets).
+func (e notRecordedEnd) outcome(h Hold) Outcome {
+	how := "ended"
+	switch e.lost.Status {
+	case StatusTimedOut:
+		d := e.lost.Decision
+		if d == string(rules.ActionModify) {
+			d = "allow, with the rules' modifications"
+		}
+		how = "timed out (decision on timeout: " + d + ")"
+	case StatusAbandoned:
+		how = "its agent disconnected"
+	case StatusInterrupted:
+		how = "the guardian is shutting down"
+	}
+	return Outcome{Status: h.Status, Decision: rules.ActionDeny, Note: h.Note, Hold: h,
+		ReasonCode: ReasonNotRecorded,
+		Message: "The step was held for review and " + how +
+			", but that outcome could not be recorded, so the step is denied; send it again."}
+}
+
+// Bounds of the delay between a recorder's attempts: it doubles from the first to the last.
+const (
+	recordRetryFirst = time.Second
+	recordRetryMax   = 30 * time.Second
+)
+
+// recordLater stores the deny of a hold whose end could not be stored, retrying until the
+// store takes it or the hold is found ended; Shutdown makes it try once more and stop.
+func (m *Manager) recordLater(e notRecordedEnd) {
+	defer m.recorders.Done()
+	delay := recordRetryFirst
+	for {
+		t := m.clock.NewTimer(delay)
+		select {
+		case <-t.C():
+		case <-m.closing:
+			t.Stop()
+			if !m.recordDeny(e) {
+				m.log.Error("the deny of a hold whose end could not be stored is not stored either; the next start, or a surviving replica, ends it as interrupted",
+					"hold", e.hold.ID)
+			}
+			return
+		}
+		if m.recordDeny(e) {
+			return
+		}
+		delay = min(2*delay, recordRetryMax)
+	}
+}
+
+// recordDeny makes one attempt of recordLater; it reports whether the hold has ended in
+// the store, and then forgets it here before publishing, so that whoever reacts to the
+// event finds it ended here too.
+func (m *Manager) recordDeny(e notRecordedEnd) bool {
+	id := e.hold.ID
+	stored, events, err := m.store.ResolveHold(context.Background(), id, e.resolution(), e.audit())
+	switch {
+	case err == nil, errors.Is(err, ErrConflict), errors.Is(err, ErrNotFound):
+		// Stored; or ended otherwise (a sweep's interrupted, a deny, or the lost write
+		// itself, stored after all); or gone (pruned): nothing is left to contradict the deny.
+	default:
+		m.log.Warn("could not store the deny of a hold whose end could not be stored; retrying",
+			"hold", id, "err", err)
+		return false
+	}
+	m.mu.Lock()
+	delete(m.unrecorded, id)
+	if m.owner != nil {
+		m.owner.Disown(id)
+	}
+	m.mu.Unlock()
+	if err == nil {
+		m.publishAll(events)
+		m.log.Warn("hold ended as interrupted: its end could not be stored when it ended", "hold", id)
+		return true
+	}
+	// A lost end that lets the step through, stored after its agent was denied: the audit
+	// log says what the agent got.
+	if d := rules.Action(stored.Decision); errors.Is(err, ErrConflict) && (d == rules.ActionAllow || d == rules.ActionModify) {
+		m.log.Error("a hold's end was stored after its agent had been denied for want of it",
+			"hold", id, "status", stored.Status, "decision", stored.Decision)
+		a := e.audit()
+		a.SessionID, a.HoldID, a.RuleID, a.Decision = stored.SessionID, id, stored.RuleID, string(rules.ActionDeny)
+		a.Note = fmt.Sprintf("its agent was denied: the hold's end (%s, decision %s) was stored only after the agent had to be answered",
+			stored.Status, stored.Decision)
+		if ev, err := m.store.AppendAudit(context.Background(), a); err != nil {
+			m.log.Error("could not audit the deny of a hold", "hold", id, "err", err)
+		} else {
+			m.publish(ev)
+		}
+	}
+	return true
 }
 
 // applyDecision stores an operator's decision; it runs on the hold's owner goroutine. It
@@ -926,10 +1105,17 @@ func (m *Manager) outcomeStored(w *waiter, h Hold) Outcome {
 }
 
 // release forgets a resolved hold: later decisions find it only in the store (a conflict).
-func (m *Manager) release(w *waiter) {
+func (m *Manager) release(w *waiter) { m.releaseAs(w, true) }
+
+// releaseKeepOwner is release for a hold whose end is not stored yet (unrecordedEnd): the
+// hold stays owned by this process, so decisions made on other replicas are forwarded
+// here and refused, and no sweep takes it for a dead replica's.
+func (m *Manager) releaseKeepOwner(w *waiter) { m.releaseAs(w, false) }
+
+func (m *Manager) releaseAs(w *waiter, disown bool) {
 	m.mu.Lock()
 	if m.pending[w.id] == w {
-		if m.owner != nil {
+		if disown && m.owner != nil {
 			m.owner.Disown(w.id)
 		}
 		delete(m.pending, w.id)
@@ -1025,7 +1211,12 @@ func (m *Manager) decideAt(ctx context.Context, id string, status string, action
 
 	m.mu.Lock()
 	w := m.pending[id]
+	ended, unrecorded := m.unrecorded[id]
 	m.mu.Unlock()
+	if unrecorded {
+		// Its agent was denied, though the store, not yet told, says pending.
+		return ended, conflictError(ended)
+	}
 	if w == nil {
 		if forward && m.forwarder != nil {
 			h, err := m.forward(ctx, id, status, operator, d, params)
@@ -1094,6 +1285,12 @@ func (m *Manager) decideAt(ctx context.Context, id string, status string, action
 
 // storedConflict reports a hold that ended while a decision was on its way.
 func (m *Manager) storedConflict(ctx context.Context, id string) (Hold, error) {
+	m.mu.Lock()
+	ended, unrecorded := m.unrecorded[id]
+	m.mu.Unlock()
+	if unrecorded {
+		return ended, conflictError(ended)
+	}
 	h, err := m.store.GetHold(ctx, id)
 	if err != nil {
 		return Hold{}, fmt.Errorf("holds: hold %s has already ended: %w", id, ErrConflict)
