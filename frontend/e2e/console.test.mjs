@@ -478,11 +478,15 @@ describe('load errors', () => {
       { hash: '#/audit', api: '/api/audit', what: 'the audit log' },
       { hash: `#/session/${session}`, api: `/api/sessions/${session}/steps`, what: 'this session' },
     ];
+    // Each page is opened with the live stream already open: a page loads again by itself
+    // when the stream opens, which could take the error away before Retry is pressed.
+    await page.goto(`${guardian.url}/#/held`);
+    await page.reload();
+    await page.getByTestId('live-status').getByText('Live', { exact: true }).waitFor();
     for (const p of pages) {
       const match = (/** @type {URL} */ u) => u.pathname === p.api;
       await page.route(match, (r) => r.fulfill({ status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'unavailable', message: 'storage unavailable' } }) }));
-      await page.goto(`${guardian.url}/${p.hash}`);
-      await page.reload();
+      await page.evaluate((h) => (location.hash = h), p.hash);
       await page.getByText('storage unavailable').first().waitFor();
       await page.unroute(match);
       await page.getByRole('button', { name: 'Retry' }).first().click();

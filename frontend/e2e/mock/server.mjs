@@ -899,6 +899,10 @@ async function api(req, res, url) {
     const list = [...holds.values()].filter((h) => status === 'all' || h.status === status).sort((a, b) => Date.parse(a.createdAt) - Date.parse(b.createdAt));
     return json(res, 200, { holds: list });
   }
+  if ((r = m(/^\/api\/holds\/([^/]+)$/)) && req.method === 'GET') {
+    const h = holds.get(decodeURIComponent(r[1]));
+    return h ? json(res, 200, h) : fail(res, 404, 'not_found', 'no such hold');
+  }
   if ((r = m(/^\/api\/holds\/([^/]+)\/(approve|deny|modify)$/)) && req.method === 'POST') {
     const body = await readJSON(req, res);
     if (!body) return;

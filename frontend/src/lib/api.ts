@@ -20,6 +20,7 @@ import type {
   TestResult,
   ValidateResult,
 } from './types';
+import { stringifyExact } from './jsonnumber';
 
 export class ApiError extends Error {
   readonly status: number;
@@ -121,7 +122,7 @@ export class Api {
     method: string,
     path: string,
     body?: unknown,
-    opts: { raw?: { text: string; type: string }; signal?: AbortSignal } = {},
+    opts: { raw?: { text: string; type: string }; signal?: AbortSignal; text?: boolean } = {},
   ): Promise<T> {
     const { raw, signal } = opts;
     const headers: Record<string, string> = { Accept: 'application/json' };
@@ -134,7 +135,8 @@ export class Api {
       init.body = raw.text;
       headers['Content-Type'] = raw.type;
     } else if (body !== undefined) {
-      init.body = JSON.stringify(body);
+      // As JSON.stringify, but exact JSON (a held step's edited params) goes as it is.
+      init.body = stringifyExact(body);
       headers['Content-Type'] = 'application/json';
     }
     let res: Response;
@@ -145,6 +147,7 @@ export class Api {
       throw new ApiError(0, 'network', `Cannot reach the guardian (${err instanceof Error ? err.message : String(err)})`);
     }
     const text = await res.text();
+    if (opts.text && res.ok) return text as T;
     let data: unknown = undefined;
     if (text) {
       try {
@@ -217,6 +220,13 @@ export class Api {
 
   holds(status: HoldStatus | 'all' = 'pending') {
     return this.request<{ holds: Hold[] | null; now?: string }>('GET', '/api/holds' + query({ status }));
+  }
+  /**
+   * One hold as the guardian's JSON text: its request has the agent's numbers as written, which
+   * JSON.parse would round (see exactjson).
+   */
+  holdText(id: string) {
+    return this.request<string>('GET', `/api/holds/${enc(id)}`, undefined, { text: true });
   }
   decide(id: string, action: 'approve' | 'deny' | 'modify', body: DecisionBody) {
     return this.request<Hold>('POST', `/api/holds/${enc(id)}/${action}`, body);

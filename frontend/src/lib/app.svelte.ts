@@ -64,6 +64,7 @@ class ConsoleState {
   private started = false;
   private readonly live: LiveClient;
   private readonly listeners = new Set<Listener>();
+  private readonly openListeners = new Set<() => void>();
   private readonly clock = new ClockOffset();
   private readonly startedAt = Date.now();
   private toastId = 0;
@@ -127,13 +128,21 @@ class ConsoleState {
       onState: (s) => {
         const was = this.liveState.status;
         this.liveState = s;
-        // Back online: what failed to load while the guardian was away loads again. The queue
-        // loads again on every (re)connection: the first connection starts live, so a hold
-        // created between the first load's answer and the stream's opening would otherwise
-        // never show (setPending keeps what arrives live meanwhile).
+        // Back online: what failed to load while the guardian was away loads again. The queue,
+        // and the pages that follow the stream (onLiveOpen), load again on every
+        // (re)connection: the first connection starts live, so a hold or step stored between
+        // the first load's answer and the stream's opening would otherwise never show
+        // (setPending, and lib/liveload for the pages, keep what arrives live meanwhile).
         if (s.status === 'open' && was !== 'open' && this.started) {
           void this.refreshHolds();
           if (this.statsError && !this.stats) void this.refreshStats();
+          for (const fn of this.openListeners) {
+            try {
+              fn();
+            } catch (err) {
+              console.error('live open listener failed', err);
+            }
+          }
         }
         // A browser does not tell a websocket refused with 401 from a dropped one: after a
         // second failed attempt in a row, ask whether the session still stands (an account
@@ -394,6 +403,16 @@ class ConsoleState {
   subscribe(fn: Listener): () => void {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
+  }
+
+  /**
+   * fn runs each time the live stream opens (the first time and after every reconnection),
+   * before any event of that connection is handed to subscribers: a page loads again then
+   * what the stream may have missed (lib/liveload).
+   */
+  onLiveOpen(fn: () => void): () => void {
+    this.openListeners.add(fn);
+    return () => this.openListeners.delete(fn);
   }
 
   private onEvents(events: LiveEvent[]): void {

@@ -1,14 +1,19 @@
 // Diffs for rule versions: a structural diff of two JSON values (what fields changed) and a
 // line diff for multi-line text such as a rule's condition.
 
+import { JsonNumber, numberEqual, stringifyExact } from './jsonnumber';
+
 export type Change =
   | { kind: 'added'; path: string; after: unknown }
   | { kind: 'removed'; path: string; before: unknown }
   | { kind: 'changed'; path: string; before: unknown; after: unknown };
 
+/** An object of JSON (a JsonNumber is a number, not an object). */
 function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof JsonNumber);
 }
+
+const isNumber = (v: unknown): v is number | JsonNumber => typeof v === 'number' || v instanceof JsonNumber;
 
 export function join(path: string, key: string | number): string {
   if (typeof key === 'number') return `${path}[${key}]`;
@@ -18,6 +23,7 @@ export function join(path: string, key: string | number): string {
 /** True when two JSON values are equal (object key order ignored). */
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
+  if (isNumber(a) && isNumber(b)) return numberEqual(a, b);
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => jsonEqual(v, b[i]));
   if (isObject(a) && isObject(b)) {
     const ka = Object.keys(a).filter((k) => a[k] !== undefined);
@@ -117,6 +123,6 @@ export const RULE_META = ['version', 'updatedAt', 'stats'];
 
 /** Short text for a JSON value in a diff row. */
 export function preview(v: unknown, max = 120): string {
-  const s = typeof v === 'string' ? JSON.stringify(v) : JSON.stringify(v) ?? 'undefined';
+  const s = v === undefined ? 'undefined' : stringifyExact(v);
   return s.length > max ? s.slice(0, max - 1) + '…' : s;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { applyDrafts, draftValue, editChanges, editFields, initialDraft } from './editform';
+import { applyDrafts, draftValue, editChanges, editFields, initialDraft, sentParams } from './editform';
 
 const tool = {
   context: { session: { id: 's' } },
@@ -65,5 +65,54 @@ describe('applyDrafts and editChanges', () => {
     const after = structuredClone(tool);
     after.toolCallRequest.toolId = 'pay';
     expect(editChanges(tool, after, [])).toEqual([{ kind: 'changed', label: 'toolCallRequest.toolId', before: 'transfer_funds', after: 'pay' }]);
+  });
+});
+
+describe('edits of the params as the agent sent them (exact JSON)', () => {
+  // A held transfer as GET /api/holds/{id} answers it: the amount is beyond 2^53.
+  const params =
+    '{"context":{"session":{"id":"s"}},"toolCallRequest":{"toolId":"transfer_funds","inputs":[{"name":"amount","value":9007199254740993},{"name":"to","value":"ACME GmbH"},{"name":"note","value":"caf\\u00e9"},{"name":"meta","value":{"n":1.50,"big":12345678901234567890}}]}}';
+  const holdText = `{"id":"h1","method":"steps/toolCallRequest","request":{"jsonrpc":"2.0","id":1,"method":"steps/toolCallRequest","params":${params}},"status":"pending"}`;
+
+  it('reads the params from the hold’s JSON text as sent, and shows the exact digits', () => {
+    const doc = sentParams(holdText);
+    expect(doc.text).toBe(params);
+    const f = editFields('steps/toolCallRequest', doc.value);
+    expect(f.map((x) => [x.label, x.type, initialDraft(x)])).toEqual([
+      ['amount', 'number', '9007199254740993'],
+      ['to', 'string', 'ACME GmbH'],
+      ['note', 'string', 'café'],
+      ['meta', 'json', '{\n  "n": 1.50,\n  "big": 12345678901234567890\n}'],
+    ]);
+  });
+
+  it('changes only the edited field: every other byte goes back as the agent sent it', () => {
+    const doc = sentParams(holdText);
+    const f = editFields('steps/toolCallRequest', doc.value);
+    const drafts = Object.fromEntries(f.map((x) => [x.key, initialDraft(x)]));
+    drafts['toolCallRequest.inputs[1].value'] = 'Other Ltd';
+    const r = applyDrafts(doc, f, drafts);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.text).toBe(params.replace('"ACME GmbH"', '"Other Ltd"'));
+    expect(editChanges(doc.value, r.value, f)).toEqual([{ kind: 'changed', label: 'to', before: 'ACME GmbH', after: 'Other Ltd' }]);
+  });
+
+  it('sends a changed number with the digits typed, and nothing changed is no change', () => {
+    const doc = sentParams(holdText);
+    const f = editFields('steps/toolCallRequest', doc.value);
+    const drafts = Object.fromEntries(f.map((x) => [x.key, initialDraft(x)]));
+    const same = applyDrafts(doc, f, drafts);
+    expect(same.ok && same.text).toBe(params);
+    expect(same.ok && editChanges(doc.value, same.value, f)).toEqual([]);
+
+    drafts['toolCallRequest.inputs[0].value'] = '9007199254740995';
+    drafts['toolCallRequest.inputs[3].value'] = '{ "n": 1.5,\n "big": 12345678901234567890 }'; // re-spaced: the same value
+    const r = applyDrafts(doc, f, drafts);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.text).toBe(params.replace('9007199254740993', '9007199254740995'));
+    expect(editChanges(doc.value, r.value, f).map((c) => [c.label, String(c.before), String(c.after)])).toEqual([['amount', '9007199254740993', '9007199254740995']]);
+    expect(draftValue(f[0]!, '9007199254740993')).toEqual({ ok: true, value: f[0]!.original });
   });
 });

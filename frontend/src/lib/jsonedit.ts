@@ -1,9 +1,11 @@
 // Parsing for the edit-and-approve params editor: a JSON object, with the error's position.
 
+import { parseExact, type ExactDoc } from './exactjson';
 import { lineCol } from './expr';
 
+/** Parsed params: their value (numbers exact: see exactjson) and the document, text as typed. */
 export type Parsed =
-  | { ok: true; value: Record<string, unknown> }
+  | { ok: true; value: Record<string, unknown>; text: string; doc: ExactDoc }
   | { ok: false; message: string; line?: number; column?: number };
 
 export function parseParams(text: string): Parsed {
@@ -27,7 +29,9 @@ export function parseParams(text: string): Parsed {
     return { ok: false, message: cleanMessage(msg) };
   }
   if (!v || typeof v !== 'object' || Array.isArray(v)) return { ok: false, message: 'Params must be a JSON object.' };
-  return { ok: true, value: v as Record<string, unknown> };
+  // Read again keeping every number's digits (JSON.parse checked it and placed the errors).
+  const doc = parseExact(text);
+  return { ok: true, value: doc.value as Record<string, unknown>, text, doc };
 }
 
 function cleanMessage(msg: string): string {

@@ -132,7 +132,7 @@ describe('format', () => {
 
 describe('parseParams', () => {
   it('accepts an object and reports errors with a position', () => {
-    expect(parseParams('{"a": 1}')).toEqual({ ok: true, value: { a: 1 } });
+    expect(parseParams('{"a": 1}')).toMatchObject({ ok: true, value: { a: 1 }, text: '{"a": 1}' });
     const bad = parseParams('{\n  "a": 1,\n  x\n}');
     expect(bad.ok).toBe(false);
     if (!bad.ok) expect([bad.line, bad.column]).toEqual([3, 3]);

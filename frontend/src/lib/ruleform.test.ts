@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { WHEN_EXAMPLE, cleanRule, fieldErrors, newRule, parseSetLines, parseTestStep, ruleSetWith, setLines, slug, whenDiagnostics } from './ruleform';
+import { WHEN_EXAMPLE, cleanRule, fieldErrors, newRule, parseSetLines, parseTestStep, ruleSetWith, setLines, slug, syncedRedactText, syncedSetText, whenDiagnostics } from './ruleform';
 import type { Rule } from './types';
 
 describe('whenDiagnostics', () => {
@@ -96,5 +96,21 @@ describe('newRule', () => {
     expect(WHEN_EXAMPLE).toContain('send_email');
     // Each call is a fresh draft.
     expect(newRule()).not.toBe(r);
+  });
+});
+
+describe('syncedRedactText and syncedSetText', () => {
+  it('follow a draft replaced under the form (a change elsewhere, Load their version)', () => {
+    // The form showed the old rule; the draft now holds {redact: ["phone"], set: {}}.
+    expect(syncedRedactText('email, ACCT-[0-9]+', ['phone'])).toBe('phone');
+    expect(syncedSetText('note = "x"', {})).toBe('');
+    expect(syncedSetText('', { b: '2', a: '"1"' })).toBe('b = 2\na = "1"');
+    expect(syncedRedactText('pii', undefined)).toBe('');
+  });
+  it('leave the text being typed alone while it reads as the draft', () => {
+    expect(syncedRedactText('email, ', ['email'])).toBe('email, ');
+    expect(syncedRedactText(' email ,phone', ['email', 'phone'])).toBe(' email ,phone');
+    expect(syncedSetText('a = 1\nb = ', { a: '1' })).toBe('a = 1\nb = ');
+    expect(syncedSetText('b = 2\na = 1', { a: '1', b: '2' })).toBe('b = 2\na = 1');
   });
 });

@@ -1,6 +1,7 @@
 // Pure helpers for the rule editor: mapping the server's compile errors onto the editor, the
 // draft of a new rule, and the rule set a backtest runs with.
 
+import { jsonEqual } from './diff';
 import { offsetOf, tokenize } from './expr';
 import type { Rule, ValidationError } from './types';
 
@@ -134,6 +135,32 @@ export function setLines(set: Record<string, string> | undefined): string {
   return Object.entries(set ?? {})
     .map(([k, v]) => `${k} = ${v}`)
     .join('\n');
+}
+
+/** modify.redact from the Redact field's text: comma separated. */
+export function parseRedact(text: string): string[] {
+  return text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+export function redactText(redact: string[] | null | undefined): string {
+  return (redact ?? []).join(', ');
+}
+
+/**
+ * The text a field of the form shows for a draft's value: the text as it is while it still
+ * reads as that value (what is being typed, "email, " say, stays as typed), else the value's own
+ * text (the draft was replaced: loaded again after a change elsewhere, a restored version).
+ */
+export function syncedRedactText(text: string, redact: string[] | null | undefined): string {
+  return jsonEqual(parseRedact(text), redact ?? []) ? text : redactText(redact);
+}
+
+/** The same for the Set inputs field's "name = expr" lines. */
+export function syncedSetText(text: string, set: Record<string, string> | null | undefined): string {
+  return jsonEqual(parseSetLines(text), set ?? {}) ? text : setLines(set ?? undefined);
 }
 
 /** A step to test against, parsed from pasted JSON: a whole JSON-RPC request or {method, params}. */

@@ -44,6 +44,24 @@ export function applyStep(s: Session | undefined, step: Step): Session {
   };
 }
 
+/**
+ * One session after live events: its steps (applyStep: one it already counts is ignored, so an
+ * answer of GET /api/sessions/{id} can be brought up to date with the events that arrived while
+ * it was on its way) and its controls. Events of other sessions are ignored; undefined stays
+ * undefined until a step of the session comes.
+ */
+export function applySessionEvents(s: Session | undefined, id: string, events: readonly LiveEvent[]): Session | undefined {
+  let out = s;
+  for (const e of events) {
+    if (e.type === 'step' && e.payload?.sessionId === id) out = applyStep(out, e.payload);
+    else if (e.type === 'session.control' && out && (e.payload?.sessionId ?? e.sessionId) === id) {
+      const control = controlState(e.payload.control);
+      if (out.control !== control) out = { ...out, control };
+    }
+  }
+  return out;
+}
+
 /** A peer as shown: its name and version. */
 export function peerLabel(p: Peer | undefined): string {
   if (!p) return '';

@@ -3,6 +3,7 @@
 
 import { bidiBalanced as bidi } from './bidi';
 import { diffJson } from './diff';
+import { stringifyExact } from './jsonnumber';
 
 export interface Section {
   label: string;
@@ -48,7 +49,7 @@ export function partsText(parts: unknown): string {
         const f = obj(o.file);
         return `[file ${str(f.name) ?? str(f.uri) ?? ''}${str(f.mimeType) ? ` (${f.mimeType})` : ''}]`;
       }
-      if (o.kind === 'data') return JSON.stringify(o.data, null, 2);
+      if (o.kind === 'data') return stringifyExact(o.data, 2);
       return '';
     })
     .filter((s) => s !== '')
@@ -226,7 +227,8 @@ export function paramsOf(request: unknown): unknown {
 /** Formats an input value for display: strings raw, everything else as compact JSON. */
 export function valueText(v: unknown): string {
   if (typeof v === 'string') return v;
-  return JSON.stringify(v, null, 2) ?? 'null';
+  // A number read exactly (exactjson) keeps its digits.
+  return stringifyExact(v, 2);
 }
 
 /** What Vigil answered for a step, read from the stored JSON-RPC response. */

@@ -309,10 +309,17 @@ export interface Info {
   rulesFile?: string;
 }
 
+/**
+ * The payload of a rule.changed event (record.RuleChangedPayload). One change of one rule names
+ * it in ruleId, with the rule as saved (null for a delete). A reload (an import, POST
+ * /api/rules/reload, SIGHUP, the undo of a change the engine refused) is one event for the whole
+ * batch: ruleId is empty, rule null, and ruleIds names every rule it created, changed or deleted.
+ */
 export interface RuleChange {
   op: 'create' | 'update' | 'delete' | 'enable' | 'disable' | 'restore' | 'reload' | string;
   rule: Rule | null;
   ruleId: string;
+  ruleIds?: string[] | null;
 }
 
 export interface SessionControlChange {
