@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,7 +142,7 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) (_ []rules.Rul
 			if err != nil {
 				return err
 			}
-			unchanged, err := checkRuleChange(c, before)
+			unchanged, err := storage.CheckRuleChange(c, before)
 			if err != nil {
 				return err
 			}
@@ -193,57 +192,6 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) (_ []rules.Rul
 	return saved, events, nil
 }
 
-// checkRuleChange checks c against the stored rule before (nil: none), as storage.Rules
-// describes: an error when its precondition fails, unchanged when it would store the rule
-// as it is. Called under the seq lock, so no other writer can change the rule before this
-// transaction commits what the check allowed.
-func checkRuleChange(c record.RuleChange, before *rules.Rule) (unchanged bool, err error) {
-	id := c.Rule.ID
-	switch c.Op {
-	case record.RuleOpCreate:
-		if before != nil {
-			return false, fmt.Errorf("storage: create rule %q: %w", id, record.ErrExists)
-		}
-		return false, nil
-	case record.RuleOpDelete:
-		return false, nil // applyRuleChange refuses a missing rule
-	case record.RuleOpUpdate, record.RuleOpEnable, record.RuleOpDisable:
-		if before == nil {
-			return false, fmt.Errorf("storage: %s rule %q: %w", c.Op, id, record.ErrNotFound)
-		}
-		if c.Rule.Version != 0 && c.Rule.Version != before.Version {
-			return false, &storage.StaleRuleError{ID: id, Stored: before.Version, Expected: c.Rule.Version}
-		}
-	}
-	if before == nil {
-		return false, nil
-	}
-	from, err := ruleContent(before)
-	if err != nil {
-		return false, fmt.Errorf("storage: rule %q: %w", id, err)
-	}
-	to, err := ruleContent(&c.Rule)
-	if err != nil {
-		return false, fmt.Errorf("storage: rule %q: %w", id, err)
-	}
-	return bytes.Equal(from, to), nil
-}
-
-// ruleContent is what a rule change changes: the rule without its version and save time,
-// with its expiry in UTC (stored rules have it so; a caller may send another zone).
-func ruleContent(r *rules.Rule) (json.RawMessage, error) {
-	if r == nil {
-		return json.RawMessage("null"), nil
-	}
-	c := *r
-	c.Version, c.UpdatedAt = 0, time.Time{}
-	if c.ExpiresAt != nil {
-		e := c.ExpiresAt.UTC()
-		c.ExpiresAt = &e
-	}
-	return json.Marshal(c)
-}
-
 func currentRule(t *seqTx, id string) (*rules.Rule, error) {
 	r, err := storage.ScanRule(t.QueryRow(t.ctx, `SELECT id, version, rule, updated_at FROM rules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -264,13 +212,13 @@ type ruleAudit struct {
 // ruleAuditTx writes the audit entry of one rule change: its diff as a JSON Patch of the
 // rule's content (without version and time) and the new version in its detail.
 func ruleAuditTx(t *seqTx, a ruleAudit, operator string, at time.Time) (record.Event, error) {
-	from, err := ruleContent(a.before)
+	from, err := storage.RuleContent(a.before)
 	if err != nil {
 		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
 	}
 	to := json.RawMessage("null")
 	if a.op != record.RuleOpDelete {
-		if to, err = ruleContent(&a.after); err != nil {
+		if to, err = storage.RuleContent(&a.after); err != nil {
 			return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", a.after.ID, err)
 		}
 	}

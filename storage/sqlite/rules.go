@@ -4,7 +4,6 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/storage"
 
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -164,7 +163,7 @@ func (db *DB) ApplyRules(ctx context.Context, b record.RuleBatch) ([]rules.Rule,
 			if err != nil {
 				return err
 			}
-			unchanged, err := checkRuleChange(c, before)
+			unchanged, err := storage.CheckRuleChange(c, before)
 			if err != nil {
 				return err
 			}
@@ -227,53 +226,6 @@ func currentRule(tx *sql.Tx, id string) (*rules.Rule, error) {
 	return &r, nil
 }
 
-// checkRuleChange checks c against the stored rule before (nil: none), as storage.Rules
-// describes: an error when its precondition fails, unchanged when it would store the rule
-// as it is. Called inside the write transaction, so no other writer can change the rule
-// before this one commits what the check allowed.
-func checkRuleChange(c record.RuleChange, before *rules.Rule) (unchanged bool, err error) {
-	id := c.Rule.ID
-	switch c.Op {
-	case record.RuleOpCreate:
-		if before != nil {
-			return false, fmt.Errorf("storage: create rule %q: %w", id, record.ErrExists)
-		}
-		return false, nil
-	case record.RuleOpDelete:
-		return false, nil // applyRuleChange refuses a missing rule
-	case record.RuleOpUpdate, record.RuleOpEnable, record.RuleOpDisable:
-		if before == nil {
-			return false, fmt.Errorf("storage: %s rule %q: %w", c.Op, id, record.ErrNotFound)
-		}
-		if c.Rule.Version != 0 && c.Rule.Version != before.Version {
-			return false, &storage.StaleRuleError{ID: id, Stored: before.Version, Expected: c.Rule.Version}
-		}
-	}
-	if before == nil {
-		return false, nil
-	}
-	from, err := ruleContent(before)
-	if err != nil {
-		return false, fmt.Errorf("storage: rule %q: %w", id, err)
-	}
-	to, err := ruleContent(&c.Rule)
-	if err != nil {
-		return false, fmt.Errorf("storage: rule %q: %w", id, err)
-	}
-	return bytes.Equal(from, to), nil
-}
-
-// ruleContent is what a rule change changes: the rule without its version and save time,
-// with its expiry in UTC (stored rules have it so; a caller may send another zone).
-func ruleContent(r *rules.Rule) (json.RawMessage, error) {
-	if r == nil {
-		return json.RawMessage("null"), nil
-	}
-	c := canonicalRule(*r)
-	c.Version, c.UpdatedAt = 0, time.Time{}
-	return json.Marshal(c)
-}
-
 // ruleAudit is one rule change to audit: its op and the rule before (nil: none) and after.
 type ruleAudit struct {
 	op     string
@@ -292,14 +244,14 @@ const AuditRulePrefix = "rule."
 // (a create patches from null, a delete to null; versions and times are left out).
 func (db *DB) ruleAuditTx(tx *sql.Tx, a ruleAudit, operator string, at time.Time) (record.Event, error) {
 	op, before, after := a.op, a.before, a.after
-	from, err := ruleContent(before)
+	from, err := storage.RuleContent(before)
 	if err != nil {
 		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
 	}
 	var to json.RawMessage
 	if op == record.RuleOpDelete {
 		to = json.RawMessage("null")
-	} else if to, err = ruleContent(&after); err != nil {
+	} else if to, err = storage.RuleContent(&after); err != nil {
 		return record.Event{}, fmt.Errorf("storage: audit rule %q: %w", after.ID, err)
 	}
 	ops, err := jsonpatch.Diff(from, to)
