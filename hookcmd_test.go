@@ -47,6 +47,10 @@ const hookRules = `rules:
     action: deny
     reasonCode: ASK_USER
     message: publishing needs your confirmation
+  - id: npm-is-trusted
+    when: tool == "Bash" && inputs.command contains "npm "
+    action: allow
+    reasonCode: TRUSTED_TOOL
   - id: writes-inside-project
     when: tool == "Write" && !(inputs.file_path startsWith params.context.session.metadata.cwd + "/")
     action: deny
@@ -121,6 +125,9 @@ func TestHookAgainstGuardian(t *testing.T) {
 			"permissionDecision": "allow", "permissionDecisionReason": "removed a token (Vigil rule no-token-in-commands)",
 			"updatedInput": map[string]any{"command": "curl https://x.example/?[REDACTED]", "description": "run"}}},
 		{"ask", bash("npm publish"), map[string]any{"hookEventName": "PreToolUse", "permissionDecision": "ask",
+			"permissionDecisionReason": "publishing needs your confirmation (Vigil rule confirm-publish)"}},
+		// An allow rule that also matched (npm-is-trusted) gives no second reason.
+		{"ask and an allow rule", bash("npm publish --tag next"), map[string]any{"hookEventName": "PreToolUse", "permissionDecision": "ask",
 			"permissionDecisionReason": "publishing needs your confirmation (Vigil rule confirm-publish)"}},
 		// Another rule's deny in the same step is not the developer's to overrule.
 		{"ask and another rule's deny", bash("npm publish && rm -rf build"), map[string]any{"hookEventName": "PreToolUse",

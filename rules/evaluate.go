@@ -379,7 +379,10 @@ func (p *Program) combine(e *Env, m *vm.VM, hits []hit) Verdict {
 			mt.Message = h.r.msg.render(m, e)
 		}
 		v.Matches[i] = mt
-		if h.decides && !contains(v.ReasonCodes, h.r.code) {
+		// An allow rule takes no part in a deny, hold or modify: its code would read as a
+		// second reason for a refusal (and a hook could no longer tell a step that only
+		// asks the user from one another rule refused).
+		if h.decides && !contains(v.ReasonCodes, h.r.code) && (h.action != ActionAllow || v.Action == ActionAllow) {
 			v.ReasonCodes = append(v.ReasonCodes, h.r.code)
 		}
 	}

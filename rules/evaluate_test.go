@@ -55,16 +55,24 @@ func TestCombination(t *testing.T) {
 			rule("modify", `true`, ActionModify, prio(100)),
 			rule("hold", `true`, ActionHold, prio(100)),
 			rule("deny", `true`, ActionDeny, prio(-5)),
-		}, ActionDeny, "deny", []string{"deny", "hold", "modify", "allow"}},
+		}, ActionDeny, "deny", []string{"deny", "hold", "modify"}},
 		{"hold beats modify and allow", []Rule{
 			rule("modify", `true`, ActionModify, prio(9)),
 			rule("hold", `true`, ActionHold),
 			rule("allow", `true`, ActionAllow, prio(9)),
-		}, ActionHold, "hold", []string{"hold", "modify", "allow"}},
+		}, ActionHold, "hold", []string{"hold", "modify"}},
 		{"modify beats allow", []Rule{
 			rule("allow", `true`, ActionAllow),
 			rule("modify", `true`, ActionModify),
-		}, ActionModify, "modify", []string{"modify", "allow"}},
+		}, ActionModify, "modify", []string{"modify"}},
+		{"an allow rule's code is not a reason for a deny", []Rule{
+			rule("trusted", `true`, ActionAllow, code("TRUSTED_TOOL"), prio(100)),
+			rule("ask", `true`, ActionDeny, code("ASK_USER")),
+		}, ActionDeny, "ask", []string{"ASK_USER"}},
+		{"allow rules' codes all count for an allow", []Rule{
+			rule("a", `true`, ActionAllow, code("A")),
+			rule("b", `true`, ActionAllow, code("B")),
+		}, ActionAllow, "a", []string{"A", "B"}},
 		{"allow rule decides over nothing", []Rule{rule("allow", `true`, ActionAllow)}, ActionAllow, "allow", []string{"allow"}},
 		{"ties by priority", []Rule{
 			rule("low", `true`, ActionDeny, prio(1)),
