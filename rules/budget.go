@@ -1,8 +1,10 @@
 package rules
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -252,6 +254,8 @@ func budgetedBuiltin(name string, cost func([]any) (int, int)) expr.Option {
 	b := builtin.Builtins[builtin.Index[name]]
 	call := b.Func
 	switch {
+	case name == "toJSON":
+		call = toJSON
 	case call != nil:
 	case b.Fast != nil:
 		call = func(args ...any) (any, error) { return b.Fast(args[0]), nil }
@@ -283,6 +287,21 @@ func budgetedBuiltin(name string, cost func([]any) (int, int)) expr.Option {
 		}
 		return call(args...)
 	}, types...)
+}
+
+// toJSON is expr's toJSON (indented by two spaces) without HTML escaping: expr's writes
+// `<`, `>` and `&` as \u003c, \u003e and \u0026, so `toJSON(params) contains "<script>"`
+// never matched and a message quoting a step showed the escapes.
+func toJSON(args ...any) (any, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(args[0]); err != nil {
+		return nil, fmt.Errorf("toJSON: %w", err)
+	}
+	// Encode ends the text with a newline that MarshalIndent does not write.
+	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
 // sizeOf estimates the bytes v takes as text (JSON or fmt), stopping once past limit.

@@ -94,6 +94,10 @@ func TestHelpers(t *testing.T) {
 		{`session.stepCount`, 7},
 		{`now.Year()`, 2025},
 		{`lower("ABC") + upper("d")`, "abcD"},
+		// Written as encoding/json writes it, without HTML escapes, so a test for markup finds it.
+		{`toJSON({"a": "<script>&x</script>", "b": [1]})`, "{\n  \"a\": \"<script>&x</script>\",\n  \"b\": [\n    1\n  ]\n}"},
+		{`toJSON("<b>") contains "<b>"`, true},
+		{`toJSON(nil)`, "null"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.expr, func(t *testing.T) {
