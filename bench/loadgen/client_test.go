@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -125,4 +128,42 @@ func TestNewAgentConnTakesOnlyHTTP(t *testing.T) {
 		_, err := newAgentConn(u)
 		require.Error(t, err, u)
 	}
+}
+
+// TestDriveEachInterleaves: measured together, two servers get the agents in alternating
+// slices, each request counted for the server it went to.
+func TestDriveEachInterleaves(t *testing.T) {
+	var mu sync.Mutex
+	var order []int // the server each request went to, in arrival order
+	server := func(id int) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req map[string]any
+			require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+			mu.Lock()
+			order = append(order, id)
+			mu.Unlock()
+			io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"decision":"allow"}}`)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := server(0), server(1)
+	rs, err := driveEach([]string{a.URL + "/aos", b.URL + "/aos"}, []traffic{{}, {}}, 2, 20*time.Millisecond, 300*time.Millisecond, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	for _, r := range rs {
+		require.NotEmpty(t, r.lat)
+		require.Positive(t, r.rps)
+		require.Zero(t, r.errors)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	switches := 0
+	for i := 1; i < len(order); i++ {
+		if order[i] != order[i-1] {
+			switches++
+		}
+	}
+	// 600 ms of 10 ms slices: dozens of switches; a handful proves the alternation.
+	require.GreaterOrEqual(t, switches, 4, "requests never alternated between the servers")
 }

@@ -8,7 +8,8 @@
 // With -vs-no-rules a second guardian without rules is measured in the same rounds, and the
 // rules' cost is the paired ratio of the two. -session-steps starts a new session after that
 // many steps; -sessions spreads the agents' steps round-robin over that many sessions (a
-// list: each is a level, compared with the first).
+// list: each is a level, compared with the first). -interleave measures the guardians with
+// and without rules together, in alternating slices, instead of one after the other.
 package main
 
 import (
@@ -55,6 +56,9 @@ type options struct {
 	rounds      int
 	markdown    bool
 	vsNoRules   bool
+	// interleave, when set, measures the guardians with and without rules in alternating
+	// slices of this length instead of one after the other.
+	interleave time.Duration
 	// opa is the bench/opa server binary to compare with (none: no comparison).
 	opa string
 	// sessionSteps ends a session after that many steps (0: never).
@@ -75,6 +79,7 @@ func run() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "measurements of floor and guardian, alternating, per concurrency level")
 	flag.BoolVar(&o.markdown, "markdown", true, "print a Markdown table")
 	flag.BoolVar(&o.vsNoRules, "vs-no-rules", false, "also measure a guardian without rules and report the rules' throughput against it")
+	flag.DurationVar(&o.interleave, "interleave", 0, "with -vs-no-rules: measure the two guardians in alternating slices of this length (e.g. 100ms) instead of one after the other")
 	flag.StringVar(&o.opa, "opa", "", "also measure this bench/opa server (OPA with four Rego rules, no storage) and report the guardian's throughput against it")
 	flag.IntVar(&o.sessionSteps, "session-steps", 0, "start a new session after this many steps (0: one session per agent for the whole run)")
 	var sess string
@@ -124,6 +129,9 @@ func run() error {
 		return runSessions(o, target, pid)
 	}
 	baseline, basePID := "", 0
+	if o.interleave < 0 || (o.interleave > 0 && !o.vsNoRules) {
+		return errors.New("-interleave needs -vs-no-rules and a positive duration")
+	}
 	if o.vsNoRules {
 		if o.target != "" || o.rules == "" {
 			return errors.New("-vs-no-rules needs -rules and no -target")
@@ -165,17 +173,28 @@ func run() error {
 			if err != nil {
 				return fmt.Errorf("floor at %d: %w", c, err)
 			}
-			v, err := drive(target, c, o.warmup, o.duration, load.of(pid))
-			if err != nil {
-				return fmt.Errorf("vigil at %d: %w", c, err)
+			var v, n result
+			if baseline != "" && o.interleave > 0 {
+				rs, err := driveEach([]string{target, baseline}, []traffic{load.of(pid), load.of(basePID)}, c, o.warmup, o.duration, o.interleave)
+				if err != nil {
+					return fmt.Errorf("vigil with and without rules at %d: %w", c, err)
+				}
+				v, n = rs[0], rs[1]
+			} else {
+				v, err = drive(target, c, o.warmup, o.duration, load.of(pid))
+				if err != nil {
+					return fmt.Errorf("vigil at %d: %w", c, err)
+				}
 			}
 			fs, vs = append(fs, f), append(vs, v)
 			rpsRatios = append(rpsRatios, v.rps/f.rps)
 			p50Ratios = append(p50Ratios, float64(v.p50)/float64(f.p50))
 			if baseline != "" {
-				n, err := drive(baseline, c, o.warmup, o.duration, load.of(basePID))
-				if err != nil {
-					return fmt.Errorf("vigil without rules at %d: %w", c, err)
+				if o.interleave == 0 {
+					n, err = drive(baseline, c, o.warmup, o.duration, load.of(basePID))
+					if err != nil {
+						return fmt.Errorf("vigil without rules at %d: %w", c, err)
+					}
 				}
 				ns = append(ns, n)
 				rulesRps = append(rulesRps, v.rps/n.rps)
@@ -257,6 +276,10 @@ func run() error {
 		"answered while measuring, the median round's; CPU per step vs no rules is the no-rules guardian's\n"+
 		"over the guardian's with rules, what the throughput ratio would be if CPU alone decided it.\n",
 		o.rounds, o.duration, o.warmup)
+	if baseline != "" && o.interleave > 0 {
+		fmt.Printf("The guardians with and without rules are measured together, in alternating slices of %s\n"+
+			"(%s each in all), not one after the other.\n", o.interleave, o.duration)
+	}
 	for _, r := range rows {
 		if n := r.vigil.errors + r.noRul.errors + r.opa.errors; n > 0 {
 			return fmt.Errorf("%d failed requests at %d agents", n, r.c)
@@ -436,21 +459,45 @@ func (t traffic) of(pid int) traffic { t.pid = pid; return t }
 // drive runs c agents in a closed loop against url: each sends a step, waits for the
 // answer, and sends the next.
 func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, error) {
-	// Several targets (replicas): agent a sends to the a-th, round-robin.
-	urls := strings.Split(url, ",")
-	conns := make([]*agentConn, c)
-	for a := range conns {
-		conn, err := newAgentConn(urls[a%len(urls)])
-		if err != nil {
-			return result{}, err
+	rs, err := driveEach([]string{url}, []traffic{load}, c, warmup, dur, 0)
+	if err != nil {
+		return result{}, err
+	}
+	return rs[0], nil
+}
+
+// driveEach runs c agents in a closed loop against each of urls in turn, slice by slice
+// (slice 0: only one url), and returns each url's result. Interleaving two servers in
+// short slices measures them under the same state of the machine: run one after the
+// other, a few seconds apart, they meet a different one (another tenant's burst, a
+// frequency step), which moved one agent's p50 ratio by ±20 % from round to round.
+func driveEach(urls []string, loads []traffic, c int, warmup, dur, slice time.Duration) ([]result, error) {
+	n := len(urls)
+	// conns[t][a] is agent a's connection to target t. Several replicas of one target
+	// (comma-separated): agent a sends to the a-th, round-robin.
+	conns := make([][]*agentConn, n)
+	for t, url := range urls {
+		replicas := strings.Split(url, ",")
+		conns[t] = make([]*agentConn, c)
+		for a := range c {
+			conn, err := newAgentConn(replicas[a%len(replicas)])
+			if err != nil {
+				return nil, err
+			}
+			conns[t][a] = conn
 		}
-		conns[a] = conn
 	}
 
+	// active is the target the agents send to; a step is counted for the target it was
+	// sent to, even when the slice ends while it is answered.
+	var active atomic.Int32
 	var measuring atomic.Bool
 	var stop atomic.Bool
-	var errs atomic.Int64
-	lat := make([][]time.Duration, c)
+	errs := make([]atomic.Int64, n)
+	lat := make([][][]time.Duration, n) // [target][agent]
+	for t := range lat {
+		lat[t] = make([][]time.Duration, c)
+	}
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	var answered atomic.Int64
@@ -459,18 +506,26 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn := conns[a]
-			defer conn.close()
-			var session string
+			defer func() {
+				for t := range conns {
+					conns[t][a].close()
+				}
+			}()
 			var body []byte
 			// share: the sessions this agent sends to, round-robin (a, a+c, a+2c, …).
 			share := 1
-			if load.sessions > 0 {
-				share = max(1, (load.sessions-a+c-1)/c)
+			if n := loads[0].sessions; n > 0 {
+				share = max(1, (n-a+c-1)/c)
 			}
-			for i := 0; !stop.Load(); i++ {
+			next := make([]int, n) // each target's own step counter: its sessions advance alike
+			for !stop.Load() {
+				t := int(active.Load())
+				load := loads[t]
+				i := next[t]
+				next[t]++
 				k := i % share
 				step := i / share
+				var session string
 				switch {
 				case load.sessions > 0:
 					session = fmt.Sprintf("load-%s%d", load.prefix, a+k*c)
@@ -482,55 +537,102 @@ func drive(url string, c int, warmup, dur time.Duration, load traffic) (result, 
 				}
 				body = stepBody(body[:0], session, step)
 				t0 := time.Now()
-				err := conn.post(body)
+				err := conns[t][a].post(body)
 				d := time.Since(t0)
 				answered.Add(1)
 				if !measuring.Load() {
 					continue
 				}
 				if err != nil {
-					errs.Add(1)
+					errs[t].Add(1)
 					firstErr.CompareAndSwap(nil, err)
 					continue
 				}
-				lat[a] = append(lat[a], d)
+				lat[t][a] = append(lat[t][a], d)
 			}
 		}()
 	}
+	// The clock below switches the agents to the next target every slice, starts and ends
+	// the measurement, and adds the measured time of each slice to its target: a step
+	// sent just before a switch is answered in the next slice, but the time is the
+	// slice's, and the step the target's it was sent to.
+	spent := make([]time.Duration, n)
+	begin, end, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		var tick <-chan time.Time
+		if n > 1 && slice > 0 {
+			t := time.NewTicker(slice)
+			defer t.Stop()
+			tick = t.C
+		}
+		var from time.Time
+		for {
+			select {
+			case <-begin:
+				from = time.Now()
+				measuring.Store(true)
+			case <-end:
+				measuring.Store(false)
+				spent[active.Load()] += time.Since(from)
+				return
+			case now := <-tick:
+				if measuring.Load() {
+					spent[active.Load()] += now.Sub(from)
+				}
+				active.Store((active.Load() + 1) % int32(n))
+				from = now
+			}
+		}
+	}()
 	time.Sleep(warmup) // the warm-up is a duration by definition
-	for answered.Load() < int64(load.warmSteps) {
+	for answered.Load() < int64(loads[0].warmSteps) {
 		time.Sleep(50 * time.Millisecond) // polling a counter the agents advance
 	}
-	cpu0, wrote0 := procCPU(load.pid), procWritten(load.pid)
-	measuring.Store(true)
-	start := time.Now()
-	time.Sleep(dur)
-	measuring.Store(false)
-	elapsed := time.Since(start)
-	cpu1, wrote1 := procCPU(load.pid), procWritten(load.pid)
+	cpu0, wrote0 := make([]time.Duration, n), make([]int64, n)
+	for t := range n {
+		cpu0[t], wrote0[t] = procCPU(loads[t].pid), procWritten(loads[t].pid)
+	}
+	begin <- struct{}{}
+	// With slices each target is measured for about dur: the run lasts n times as long.
+	if n > 1 && slice > 0 {
+		time.Sleep(time.Duration(n) * dur)
+	} else {
+		time.Sleep(dur)
+	}
+	close(end)
+	<-ended
+	cpu1, wrote1 := make([]time.Duration, n), make([]int64, n)
+	for t := range n {
+		cpu1[t], wrote1[t] = procCPU(loads[t].pid), procWritten(loads[t].pid)
+	}
 	stop.Store(true)
 	wg.Wait()
 
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	if len(all) == 0 {
-		if e, ok := firstErr.Load().(error); ok {
-			return result{}, e
+	out := make([]result, n)
+	for t := range n {
+		var all []time.Duration
+		for _, l := range lat[t] {
+			all = append(all, l...)
 		}
-		return result{}, errors.New("no request completed")
+		if len(all) == 0 {
+			if e, ok := firstErr.Load().(error); ok {
+				return nil, e
+			}
+			return nil, fmt.Errorf("no request to %s completed", urls[t])
+		}
+		slices.Sort(all)
+		r := result{rps: float64(len(all)) / spent[t].Seconds(), errors: errs[t].Load(), lat: all}
+		if cpu0[t] > 0 && cpu1[t] > cpu0[t] {
+			r.cpu = (cpu1[t] - cpu0[t]) / time.Duration(len(all))
+		}
+		if wrote0[t] > 0 && wrote1[t] > wrote0[t] {
+			r.wrote = float64(wrote1[t]-wrote0[t]) / float64(len(all))
+		}
+		r.p50, r.p90, r.p99 = pct(all, 0.50), pct(all, 0.90), pct(all, 0.99)
+		out[t] = r
 	}
-	slices.Sort(all)
-	r := result{rps: float64(len(all)) / elapsed.Seconds(), errors: errs.Load(), lat: all}
-	if cpu0 > 0 && cpu1 > cpu0 {
-		r.cpu = (cpu1 - cpu0) / time.Duration(len(all))
-	}
-	if wrote0 > 0 && wrote1 > wrote0 {
-		r.wrote = float64(wrote1-wrote0) / float64(len(all))
-	}
-	r.p50, r.p90, r.p99 = pct(all, 0.50), pct(all, 0.90), pct(all, 0.99)
-	return r, nil
+	return out, nil
 }
 
 // procCPU is the user and system CPU time process pid has used, 0 when unknown (no pid, or
