@@ -3,12 +3,15 @@ package aap
 import (
 	"container/list"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -334,21 +337,204 @@ func (g *Gateway) deleteUpstream(r *http.Request, id string) {
 	resp.Body.Close()
 }
 
-func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
-	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions", r.URL.RawQuery, nil)
+// listCursorPrefix marks a GET /sessions cursor of the gateway's own: one that resumes in
+// the middle of an upstream page. Any other cursor is the upstream's and goes up as it is.
+const listCursorPrefix = "vigil1."
+
+// listMaxPages bounds the upstream pages one GET /sessions reads to fill a client's page:
+// a key that sees few of many sessions gets a short page with a cursor rather than make
+// the gateway walk the whole list.
+const listMaxPages = 8
+
+// listCursor resumes a list after Last, a session already listed, on the upstream page
+// fetched with After (nil: the first page). The upstream's cursor is kept as it gave it;
+// Last is a session the client was shown.
+type listCursor struct {
+	After *string `json:"a,omitempty"`
+	Last  string  `json:"s,omitempty"`
+}
+
+// encodeListCursor is the cursor a client sends as after to get what follows: the
+// upstream's own when the page ends where an upstream page does.
+func encodeListCursor(c listCursor) string {
+	if c.Last == "" && c.After != nil && !strings.HasPrefix(*c.After, listCursorPrefix) {
+		return *c.After
+	}
+	return listCursorPrefix + base64.RawURLEncoding.EncodeToString(mustJSON(c))
+}
+
+func decodeListCursor(after string, present bool) (listCursor, error) {
+	if !present {
+		return listCursor{}, nil
+	}
+	enc, ours := strings.CutPrefix(after, listCursorPrefix)
+	if !ours {
+		return listCursor{After: &after}, nil
+	}
+	var c listCursor
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err == nil {
+		err = json.Unmarshal(raw, &c)
+	}
 	if err != nil {
-		g.unreachable(w, err)
-		return
+		return listCursor{}, fmt.Errorf("after: not a cursor of this list: %w", err)
+	}
+	return c, nil
+}
+
+// listPage is one upstream page of GET /sessions.
+type listPage struct {
+	sessions []json.RawMessage
+	next     string // "" when the upstream has no more
+}
+
+// listUpstream reads the upstream page after after (nil: the first). A nil page with a nil
+// error means the upstream's answer was passed to the client (it was not 200).
+func (g *Gateway) listUpstream(w http.ResponseWriter, r *http.Request, query url.Values, after *string, pass bool) (*listPage, error) {
+	q := make(url.Values, len(query))
+	for k, vs := range query {
+		q[k] = vs
+	}
+	q.Del("after")
+	if after != nil {
+		q.Set("after", *after)
+	}
+	resp, err := g.upstreamRequest(r.Context(), r, http.MethodGet, "/sessions", q.Encode(), nil)
+	if err != nil {
+		return nil, err
 	}
 	b, err := g.readUpstream(resp)
 	if err != nil {
-		g.unreachable(w, err)
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		if pass {
+			passBody(w, resp, b)
+			return nil, nil
+		}
+		return nil, &errUpstream{fmt.Errorf("GET /sessions: status %d", resp.StatusCode)}
+	}
+	o, err := parseObject(b, "")
+	var p listPage
+	if err == nil {
+		p.sessions, err = o.array("", "sessions")
+	}
+	if err == nil {
+		p.next, err = o.str("", "next", false)
+	}
+	if err != nil {
+		return nil, &errUpstream{fmt.Errorf("GET /sessions: unreadable list: %w", err)}
+	}
+	return &p, nil
+}
+
+// handleList is GET /sessions: the upstream's list less the sessions the request's key may
+// not access (refusal, as for GET /sessions/:id), so that nobody learns of another key's
+// sessions. A page the client gets has as many sessions as the upstream's first page had,
+// filled from the upstream pages that follow (at most listMaxPages of them, and about
+// MaxUpstreamBytes of sessions), so that its length does not tell how many were left out;
+// its next resumes after its last session (see listCursor) and is absent only when the
+// upstream has no more. The envelope has sessions and next only: another member (a total,
+// say) would count the hidden ones.
+func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "malformed query: "+err.Error())
 		return
 	}
-	if resp.StatusCode == http.StatusOK {
-		b = g.restoreTrustList(b)
+	cur, err := decodeListCursor(query.Get("after"), query.Has("after"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
-	passBody(w, resp, b)
+	if cur.Last != "" && g.refusal(r, cur.Last) != "" {
+		// A session the client may not see is as good as one that does not exist: where it
+		// sits in the list is nobody else's business.
+		cur.Last = ""
+	}
+	out, next, ok := g.listVisible(w, r, query, cur)
+	if !ok {
+		return
+	}
+	o := &object{vals: map[string]json.RawMessage{}}
+	o.set("sessions", mustJSON(out))
+	if next != "" {
+		o.setString("next", next)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(o.bytes())
+}
+
+// listVisible collects one client page of the sessions the request may see, from cur on,
+// and the cursor of what follows ("" for nothing more). ok is false when the client was
+// answered already (the first upstream page failed).
+func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.Values, cur listCursor) (out []json.RawMessage, next string, ok bool) {
+	out = []json.RawMessage{}
+	after := cur.After
+	size, want := 0, 0
+	for n := 0; ; n++ {
+		page, err := g.listUpstream(w, r, query, after, n == 0)
+		switch {
+		case err != nil && n == 0:
+			g.unreachable(w, err)
+			return nil, "", false
+		case page == nil && err == nil:
+			return nil, "", false
+		case err != nil:
+			// The pages so far are listed; the client's next request meets the failure.
+			g.log.Warn("list sessions: stopped at an upstream page", "err", err)
+			return out, encodeListCursor(listCursor{After: after}), true
+		}
+		if n == 0 {
+			want = max(len(page.sessions), 1)
+		}
+		skip := cur.Last != "" && n == 0 && slices.ContainsFunc(page.sessions, func(e json.RawMessage) bool {
+			id, _ := listedID(e)
+			return id == cur.Last
+		})
+		last := "" // the last session listed from this page
+		for _, e := range page.sessions {
+			id, so := listedID(e)
+			if skip {
+				skip = id != cur.Last
+				continue
+			}
+			if so == nil || g.refusal(r, id) != "" {
+				continue
+			}
+			b := g.restoreTrust(so).bytes()
+			if len(out) == want || (len(out) > 0 && int64(size+len(b)) > g.opts.MaxUpstreamBytes) {
+				// Full before this upstream page ends: the next request resumes in it (reads
+				// it again when nothing of it was listed).
+				return out, encodeListCursor(listCursor{After: after, Last: last}), true
+			}
+			out = append(out, b)
+			size += len(b)
+			last = id
+		}
+		switch {
+		case page.next == "":
+			return out, "", true
+		case len(out) == want || n+1 == listMaxPages:
+			return out, encodeListCursor(listCursor{After: &page.next}), true
+		}
+		after = &page.next
+	}
+}
+
+// listedID reads a listed session's id; a nil object when it has none, which lists it to
+// nobody (whose it is cannot be told).
+func listedID(e json.RawMessage) (string, *object) {
+	so, err := parseObject(e, "session")
+	if err != nil {
+		return "", nil
+	}
+	id, err := so.str("", "sessionId", true)
+	if err != nil {
+		return "", nil
+	}
+	return id, so
 }
 
 func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -410,40 +596,25 @@ func (g *Gateway) restoreTrust(o *object) *object {
 	return o
 }
 
-func (g *Gateway) restoreTrustList(b []byte) []byte {
-	o, err := parseObject(b, "")
-	if err != nil {
-		return b
-	}
-	elems, err := o.array("", "sessions")
-	if err != nil || elems == nil {
-		return b
-	}
-	out := make([]json.RawMessage, len(elems))
-	for i, e := range elems {
-		so, err := parseObject(e, "session")
-		if err != nil {
-			return b
-		}
-		out[i] = g.restoreTrust(so).bytes()
-	}
-	o.set("sessions", mustJSON(out))
-	return o.bytes()
-}
-
 // foreign answers 403 and reports true when the session belongs to another API key (or
 // agent) than the request's. Reading or deleting a session adds no step the guardian could
 // refuse, and a turn of tool permissions alone forwards before it decides any: each is
 // checked here first, against the owner the guardian keeps in its store.
 func (g *Gateway) foreign(w http.ResponseWriter, r *http.Request, id string) bool {
-	meta := g.requestMeta(r)
-	why := g.opts.Decider.SessionRefusal(r.Context(), g.vigilSession(id), meta.KeyID, meta.KeyAgent)
+	why := g.refusal(r, id)
 	if why == "" {
 		return false
 	}
 	g.log.Warn("aap request refused", "session", g.vigilSession(id), "method", r.Method, "reason", why)
 	writeError(w, http.StatusForbidden, why)
 	return true
+}
+
+// refusal is why the request's key (or agent) may not touch the session, "" when it may:
+// the one rule for reaching a session and for seeing it listed.
+func (g *Gateway) refusal(r *http.Request, id string) string {
+	meta := g.requestMeta(r)
+	return g.opts.Decider.SessionRefusal(r.Context(), g.vigilSession(id), meta.KeyID, meta.KeyAgent)
 }
 
 // lookup returns the session of a turn: known, or read from the upstream (after a restart,
