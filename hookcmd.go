@@ -49,7 +49,7 @@ func parseHookConfig(name string, args []string, install bool, stderr io.Writer)
 	}
 	fset.StringVar(&cfg.Guardian, "guardian", "http://127.0.0.1:7878", "the guardian's URL (VIGIL_URL)")
 	fset.DurationVar(&cfg.Timeout, "timeout", time.Minute, "the agent's timeout for this hook; the hook answers just before it (install writes 10m)")
-	fset.StringVar(&cfg.OnGuardianError, "on-guardian-error", "deny", "answer when the guardian is unreachable or refuses the step: deny or allow")
+	fset.StringVar(&cfg.OnGuardianError, "on-guardian-error", "deny", "answer when the guardian is unreachable, not answering, or refuses the step: deny or allow")
 	if install {
 		cfg.Timeout = defaultHookTimeout
 		fset.StringVar(&cfg.Project, "project", "", "install into this project's settings (e.g. DIR/.claude/settings.json)")

@@ -28,6 +28,9 @@ type Config struct {
 	Env             Env
 	// HTTPClient, when set, replaces the default client (tests).
 	HTTPClient *http.Client
+	// Probe times the checks of the guardian's health while a step is unanswered; the zero
+	// value takes the defaults.
+	Probe Probe
 }
 
 // Margin is how long before the agent's timeout the hook gives up waiting and answers
@@ -69,9 +72,10 @@ func run(ctx context.Context, agent string, stdin io.Reader, cfg Config) Output 
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	res, err := send(ctx, call, cfg)
+	res, err := sendWatched(ctx, call, cfg)
 	if err != nil {
-		return guardianError(call, cfg, err, ctx.Err() != nil)
+		var silent *notAnsweringError
+		return guardianError(call, cfg, err, ctx.Err() != nil && !errors.As(err, &silent))
 	}
 	return call.Answer(VerdictOf(call, res))
 }
@@ -88,21 +92,27 @@ func send(ctx context.Context, call *Call, cfg Config) (*aos.Result, error) {
 	return client.Call(ctx, call.Method, call.Params)
 }
 
-// guardianError answers when no verdict came: the guardian is down, refused the step, or
-// a held step was not decided before the hook's own deadline.
+// guardianError answers when no verdict came: the guardian is down, stopped answering,
+// refused the step, or a held step was not decided before the hook's own deadline.
 func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	var reason string
 	var rpcErr *aos.Error
 	var httpErr *aos.HTTPError
+	var silent *notAnsweringError
+	tooLarge := !timedOut && (errors.As(err, &rpcErr) && rpcErr.Code == aos.CodeRequestTooLarge ||
+		errors.As(err, &httpErr) && httpErr.StatusCode == http.StatusRequestEntityTooLarge)
 	switch {
 	case timedOut:
 		// The hold's own onTimeout is the guardian's to apply and it did not answer in
 		// time: the hook cannot know it, so it fails closed.
 		reason = fmt.Sprintf("Vigil: the review of this step did not finish within the hook's %s timeout, so it is denied. Ask the operator to decide sooner, or give held steps a hold timeout shorter than the hook's.", cfg.Timeout)
-	case errors.As(err, &rpcErr) && rpcErr.Code == aos.CodeRequestTooLarge,
-		errors.As(err, &httpErr) && httpErr.StatusCode == http.StatusRequestEntityTooLarge:
+	case tooLarge && call.Phase == PhaseAfterTool:
+		reason = fmt.Sprintf("Vigil: this tool output is too large for the guardian to review (%v), so it is withheld. Produce a smaller output (read a file in parts, filter a command's output), or raise the guardian's --max-body.", rootCause(err))
+	case tooLarge:
 		// The key is fine and the guardian is up: only the size is wrong.
 		reason = fmt.Sprintf("Vigil: this step is too large for the guardian to review (%v), so it is denied. Split the work into smaller steps, or raise the guardian's --max-body.", rootCause(err))
+	case errors.As(err, &silent):
+		reason = fmt.Sprintf("Vigil guardian at %s took the step but is not answering: its health check (GET %s) %v. Check its log or restart it (`vigil` or `vigil serve`), or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, healthPath, silent.cause)
 	case errors.As(err, &rpcErr):
 		reason = fmt.Sprintf("Vigil refused the step: %s (JSON-RPC %d). Check VIGIL_API_KEY and the guardian's log.", rpcErr.Message, rpcErr.Code)
 	default:
@@ -110,11 +120,14 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	}
 	// A tool's output already exists: when the guardian cannot be asked there is nothing to
 	// hold back. A held output whose review did not finish is another matter: a rule wanted
-	// it reviewed, so it is denied as a deny verdict of a result would be.
-	if !timedOut && (call.Phase == PhaseAfterTool || cfg.OnGuardianError == "allow") {
+	// it reviewed, so it is denied as a deny verdict of a result would be. So is an output
+	// too large to review, as a too-large tool call is: the guardian is up, and a rule may
+	// have wanted the output withheld or redacted.
+	unasked := call.Phase == PhaseAfterTool && !tooLarge
+	if !timedOut && (unasked || cfg.OnGuardianError == "allow") {
 		out := call.Answer(Verdict{Kind: Pass})
 		out.Stderr = reason
-		if call.Phase != PhaseAfterTool {
+		if !unasked {
 			out.Stderr += " (allowed: --on-guardian-error allow)"
 		}
 		return out
@@ -123,7 +136,11 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	out.Stderr = reason
 	if call.Phase == PhaseAfterTool && call.Agent == Cursor {
 		// Cursor's after-hooks cannot withhold anything: say what really happened.
-		out.Stderr = fmt.Sprintf("Vigil: the review of this tool output did not finish within the hook's %s timeout. Cursor's after-hooks only observe, so the output reached the model anyway.", cfg.Timeout)
+		if tooLarge {
+			out.Stderr = fmt.Sprintf("Vigil: this tool output is too large for the guardian to review (%v). Cursor's after-hooks only observe, so the output reached the model unreviewed. Raise the guardian's --max-body.", rootCause(err))
+		} else {
+			out.Stderr = fmt.Sprintf("Vigil: the review of this tool output did not finish within the hook's %s timeout. Cursor's after-hooks only observe, so the output reached the model anyway.", cfg.Timeout)
+		}
 	}
 	return out
 }
