@@ -4,17 +4,14 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/internal/mcptest"
 )
 
 // helperEnv makes this test binary run as vigil (helperMain): the TypeScript client's
@@ -166,7 +164,7 @@ type tsCase struct {
 // (HTTP through the server, stdio through `vigil mcp wrap` of server-everything).
 func tsServe(t *testing.T, everything, rules string) (*server, []tsCase) {
 	t.Helper()
-	up := startEverything(t, everything)
+	up := mcptest.StartEverythingHTTP(t, everything)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "vigil.db")
 	rulesFile := filepath.Join(dir, "rules.yaml")
@@ -263,41 +261,6 @@ func TestMCPTypeScriptClientTasks(t *testing.T) {
 			require.Contains(t, got.Events[0].Message, "Vigil does not relay MCP tasks")
 		})
 	}
-}
-
-// startEverything runs server-everything's Streamable HTTP transport and returns its MCP
-// endpoint.
-func startEverything(t *testing.T, bin string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+port)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on port") {
-				close(ready)
-				break
-			}
-		}
-		for sc.Scan() { // keep draining so the server never blocks on its output
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("server-everything did not start")
-	}
-	return "http://127.0.0.1:" + port + "/mcp"
 }
 
 // waitPendingHold returns the id of the first pending hold once there is one; done reports

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/internal/flock"
 	"github.com/vigil-guardian/vigil/internal/linkpath"
 )
 
@@ -281,7 +282,7 @@ func lockCodexTrust(o InstallOptions) (func(), error) {
 	if err := os.MkdirAll(o.CodexHome, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", o.CodexHome, err)
 	}
-	return lockFile(filepath.Join(o.CodexHome, "config.toml.lock"))
+	return flock.Lock(filepath.Join(o.CodexHome, "config.toml.lock"))
 }
 
 // removeEmptied removes the member key of object n, which install's entries alone

@@ -1,15 +1,12 @@
 package mcp
 
 import (
-	"bufio"
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/holds"
+	"github.com/vigil-guardian/vigil/internal/mcptest"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
@@ -79,36 +77,7 @@ func nodeBin(t testing.TB, name string) string {
 // MCP endpoint.
 func startEverythingHTTP(t testing.TB) string {
 	t.Helper()
-	bin := nodeBin(t, "mcp-server-everything")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on port") {
-				close(ready)
-				break
-			}
-		}
-		for sc.Scan() { // keep draining so the server never blocks on its output
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("server-everything did not start")
-	}
-	return "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp"
+	return mcptest.StartEverythingHTTP(t, nodeBin(t, "mcp-server-everything"))
 }
 
 type stack struct {

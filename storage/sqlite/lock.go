@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/vigil-guardian/vigil/internal/flock"
 )
 
 // ErrInUse is returned by Open when another process (a running guardian, or a command
@@ -29,7 +31,7 @@ type fileLock struct{ f *os.File }
 
 // lockDatabase takes the lock of the database at abs, or reports who holds it.
 func lockDatabase(abs string) (*fileLock, error) {
-	f, err := openLockFile(LockPath(abs))
+	f, err := flock.Open(LockPath(abs), dbFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open lock file: %w", err)
 	}
@@ -39,7 +41,7 @@ func lockDatabase(abs string) (*fileLock, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("storage: lock file: %w", err)
 	}
-	held, err := tryLock(f)
+	held, err := flock.TryLock(f)
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("storage: lock %s: %w", LockPath(abs), err)
