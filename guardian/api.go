@@ -17,6 +17,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 func (g *Guardian) routes(ui fs.FS, mount []func(*http.ServeMux)) http.Handler {
@@ -228,6 +229,12 @@ type Health struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// The reasons of an unavailable answer: short, and naming nothing of the deployment.
+const (
+	healthNoAnswer = "the database did not answer"
+	healthReadOnly = "the database is read-only"
+)
+
 const (
 	// healthTimeout bounds one check of the database: a check that hangs (a stalled
 	// connection) answers 503 within it, before a balancer's own check times out.
@@ -243,54 +250,68 @@ const (
 )
 
 // healthCheck answers HealthPath. This process can serve when its database answers a read
-// within healthTimeout: every step is stored before it is answered, so a replica that
-// cannot reach its database can only refuse steps, and a balancer should send them to
-// another. The checks are serialised, so concurrent requests share one read.
+// within healthTimeout and takes writes: every step is stored before it is answered, so a
+// replica that cannot reach its database, or reaches one that refuses writes (a standby
+// it was pointed or failed over to, a read-only file), can only refuse steps, and a
+// balancer should send them to another. Writability is asked of the backend
+// (CheckWritable), which tells it from the database's state without writing. The checks
+// are serialised, so concurrent requests share one check.
 type healthCheck struct {
-	g     *Guardian
-	mu    sync.Mutex
-	at    time.Time // of the last read; zero before the first
-	err   error
-	wasOK bool
+	g      *Guardian
+	mu     sync.Mutex
+	at     time.Time // of the last check; zero before the first
+	reason string    // its answer: "" when ok, else the reason of the 503
 }
 
-func (g *Guardian) healthHandler() http.Handler { return &healthCheck{g: g, wasOK: true} }
+func (g *Guardian) healthHandler() http.Handler { return &healthCheck{g: g} }
 
 func (h *healthCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A balancer must see each check's own answer, never a cached one.
 	w.Header().Set("Cache-Control", "no-store")
-	if err := h.check(); err != nil {
-		apijson.Write(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Reason: "the database did not answer"})
+	if reason := h.check(); reason != "" {
+		apijson.Write(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Reason: reason})
 		return
 	}
 	apijson.Write(w, http.StatusOK, Health{Status: "ok"})
 }
 
-// check reads the database unless a read within healthTTL answers for it.
-func (h *healthCheck) check() error {
+// check asks the database unless a check within healthTTL answers for it, and returns the
+// reason it cannot serve ("" when it can).
+func (h *healthCheck) check() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.g.now()
 	if !h.at.IsZero() && now.Sub(h.at) >= 0 && now.Sub(h.at) < healthTTL {
-		return h.err
+		return h.reason
 	}
-	// Not the request's context: the result answers the other checks too.
+	// Not the request's context: the result answers the other checks too. One bound for
+	// both calls.
 	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 	defer cancel()
 	_, err := h.g.store.Session(ctx, healthProbeSession)
 	if errors.Is(err, record.ErrNotFound) {
 		err = nil
 	}
-	h.at, h.err = h.g.now(), err
-	// Logged when the answer changes, not at every check of every balancer.
-	switch {
-	case err != nil && h.wasOK:
-		h.g.log.Error("health check: the database did not answer; answering 503", "err", err)
-	case err == nil && !h.wasOK:
-		h.g.log.Info("health check: the database answers again")
+	if err == nil {
+		err = h.g.store.CheckWritable(ctx)
 	}
-	h.wasOK = err == nil
-	return err
+	reason := ""
+	switch {
+	case errors.Is(err, storage.ErrReadOnly):
+		reason = healthReadOnly
+	case err != nil:
+		reason = healthNoAnswer
+	}
+	// Logged when the answer changes, not at every check of every balancer (the zero
+	// state is "ok": a healthy start logs nothing).
+	switch {
+	case reason != "" && reason != h.reason:
+		h.g.log.Error("health check: "+reason+"; answering 503", "err", err)
+	case reason == "" && h.reason != "":
+		h.g.log.Info("health check: the database answers and takes writes again")
+	}
+	h.at, h.reason = h.g.now(), reason
+	return reason
 }
 
 func (g *Guardian) handleSessions(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package guardian_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -27,6 +29,18 @@ type probedStore struct {
 	down  atomic.Bool
 	// stall, when set, makes the reads wait for their context instead.
 	stall atomic.Bool
+	// writableChecks counts CheckWritable calls; readOnly makes them report a database
+	// that refuses writes.
+	writableChecks atomic.Int64
+	readOnly       atomic.Bool
+}
+
+func (s *probedStore) CheckWritable(ctx context.Context) error {
+	s.writableChecks.Add(1)
+	if s.readOnly.Load() {
+		return fmt.Errorf("storage: test: %w: transaction_read_only is on", storage.ErrReadOnly)
+	}
+	return s.Store.CheckWritable(ctx)
 }
 
 func (s *probedStore) Session(ctx context.Context, id string) (record.Session, error) {
@@ -129,16 +143,18 @@ func orEmptyJSON(s string) string {
 	return s
 }
 
-// A replica whose database does not answer (refuses, or hangs) is reported unavailable
-// within the check's bound, so the balancer sends its traffic elsewhere; and well again
-// once the database answers.
+// A replica whose database does not answer (refuses, or hangs), or answers but refuses
+// writes, is reported unavailable within the check's bound, so the balancer sends its
+// traffic elsewhere; and well again once the database answers and takes writes.
 func TestHealthCheckReportsTheDatabase(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		fail func(*probedStore)
+		name   string
+		fail   func(*probedStore)
+		reason string
 	}{
-		{"refused", func(s *probedStore) { s.down.Store(true) }},
-		{"stalled", func(s *probedStore) { s.stall.Store(true) }},
+		{"refused", func(s *probedStore) { s.down.Store(true) }, "the database did not answer"},
+		{"stalled", func(s *probedStore) { s.stall.Store(true) }, "the database did not answer"},
+		{"read-only", func(s *probedStore) { s.readOnly.Store(true) }, "the database is read-only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var clock atomic.Int64 // seconds
@@ -148,12 +164,15 @@ func TestHealthCheckReportsTheDatabase(t *testing.T) {
 			start := time.Now()
 			a := healthGet(t, srv, http.MethodGet, "/api/health")
 			require.Equal(t, http.StatusServiceUnavailable, a.status, a.body)
-			require.JSONEq(t, `{"status":"unavailable","reason":"the database did not answer"}`, a.body)
-			require.NotContains(t, a.body, "connection refused", "no internal detail")
+			require.JSONEq(t, `{"status":"unavailable","reason":"`+tc.reason+`"}`, a.body)
+			for _, detail := range []string{"connection refused", "transaction_read_only", "storage"} {
+				require.NotContains(t, a.body, detail, "no internal detail")
+			}
 			require.Less(t, time.Since(start), 10*time.Second, "bounded")
 
 			store.down.Store(false)
 			store.stall.Store(false)
+			store.readOnly.Store(false)
 			clock.Add(1)
 			a = healthGet(t, srv, http.MethodGet, "/api/health")
 			require.Equal(t, http.StatusOK, a.status, a.body)
@@ -186,11 +205,14 @@ func TestHealthCheckReadsTheDatabaseOncePerSecond(t *testing.T) {
 	}
 	require.Equal(t, 20, n)
 	require.Equal(t, int64(1), store.reads.Load())
+	require.Equal(t, int64(1), store.writableChecks.Load())
 
 	clock.Add(999)
 	require.Equal(t, http.StatusOK, healthGet(t, srv, http.MethodGet, "/api/health").status)
 	require.Equal(t, int64(1), store.reads.Load())
+	require.Equal(t, int64(1), store.writableChecks.Load())
 	clock.Add(1)
 	require.Equal(t, http.StatusOK, healthGet(t, srv, http.MethodGet, "/api/health").status)
 	require.Equal(t, int64(2), store.reads.Load())
+	require.Equal(t, int64(2), store.writableChecks.Load())
 }

@@ -65,7 +65,16 @@ type Steps interface {
 	EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error)
 	Search(ctx context.Context, q record.SearchQuery) (record.SearchPage, error)
 	Stats(ctx context.Context, now time.Time) (record.Stats, error)
+	// CheckWritable reports, without writing, whether the database takes writes: nil when
+	// it does, an error wrapping ErrReadOnly when it would refuse them although it answers
+	// reads (a PostgreSQL hot standby or read-only default, a SQLite file that could only
+	// be opened for reading), another error when it could not tell. It is cheap enough for
+	// a health check: none of Vigil's tables is read.
+	CheckWritable(ctx context.Context) error
 }
+
+// ErrReadOnly is what CheckWritable's error matches when the database would refuse writes.
+var ErrReadOnly = errors.New("the database refuses writes")
 
 // Holds keeps held steps, session controls and the audit log.
 type Holds interface {

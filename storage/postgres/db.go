@@ -237,10 +237,11 @@ func (e *schemaError) Error() string { return e.msg }
 func (e *schemaError) Unwrap() error { return e.kind }
 
 // ReadOnly is a read-only handle on a Vigil database, for the commands that only read it
-// (vigil export). Unlike Open, OpenReadOnly never creates or migrates the schema: a
-// command that reads must not give an empty (or mistyped) database Vigil's tables, nor
-// upgrade a schema older replicas still run on, and it must work for a role that may only
-// SELECT. It starts no committers and offers no writes.
+// (vigil export, vigil keys list, vigil users list). Unlike Open, OpenReadOnly never
+// creates or migrates the schema: a command that reads must not give an empty (or
+// mistyped) database Vigil's tables, nor upgrade a schema older replicas still run on, and
+// it must work for a role that may only SELECT. It starts no committers and offers no
+// writes.
 type ReadOnly struct {
 	db *DB
 }
@@ -294,6 +295,12 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 func (ro *ReadOnly) Export(ctx context.Context, w io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
 	return ro.db.Export(ctx, w, opts)
 }
+
+// APIKeys lists every key as DB.APIKeys does (vigil keys list).
+func (ro *ReadOnly) APIKeys(ctx context.Context) ([]record.APIKey, error) { return ro.db.APIKeys(ctx) }
+
+// Users lists every account as DB.Users does (vigil users list).
+func (ro *ReadOnly) Users(ctx context.Context) ([]record.User, error) { return ro.db.Users(ctx) }
 
 // Describe names the database without its password.
 func (ro *ReadOnly) Describe() string { return ro.db.desc }

@@ -159,6 +159,9 @@ type DB struct {
 	// a holder); beside is set when the DB was opened beside another process's (Beside).
 	lock   *fileLock
 	beside bool
+	// writerReadOnly is set when SQLite could open the file for reading only (see
+	// CheckWritable); fixed at Open, since the writer's connection is never reopened.
+	writerReadOnly bool
 
 	// fileInfo is the database file as opened; watchFile compares the path with it and
 	// sets fileLost when the file was deleted or replaced. stopWatch ends watchFile.
@@ -263,6 +266,9 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	// is its only user, and statements prepared on it stay valid for the life of the DB.
 	if db.w, err = openPool(ctx, abs, roleWriter, 1, opts.BusyTimeout); err != nil {
 		return nil, err
+	}
+	if db.writerReadOnly, err = connReadOnly(ctx, db.w); err != nil {
+		return nil, fmt.Errorf("storage: %s: %w", abs, err)
 	}
 	if db.beside {
 		// The holder migrated the database; a different schema is a different version of
