@@ -57,6 +57,12 @@ type Config struct {
 	MaxResponseBytes int64
 	// MaxRounds bounds the approval answers Vigil sends upstream in one turn (default 8).
 	MaxRounds int
+	// ApprovalRecords bounds how many approval requests the gateway remembers the verdict
+	// on, with ApprovalsClient, to let the client answer only those Vigil let through
+	// (default 10000; the oldest are forgotten first). ApprovalRecordAge is how long it
+	// remembers one (default 1h). A client's answer to a request forgotten is refused.
+	ApprovalRecords   int
+	ApprovalRecordAge time.Duration
 }
 
 // Options are the gateway's collaborators.
@@ -83,6 +89,9 @@ type Gateway struct {
 	wrap   func(http.Handler) http.Handler
 	keyOf  func(ctx context.Context) (id, agentID string, ok bool)
 	now    func() time.Time
+	// approvals remembers the verdicts on the approval requests judged, with
+	// ApprovalsClient (nil otherwise).
+	approvals *approvalLedger
 }
 
 // New builds a gateway.
@@ -119,6 +128,12 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if cfg.MaxRounds <= 0 {
 		cfg.MaxRounds = 8
 	}
+	if cfg.ApprovalRecords <= 0 {
+		cfg.ApprovalRecords = defaultApprovalRecords
+	}
+	if cfg.ApprovalRecordAge <= 0 {
+		cfg.ApprovalRecordAge = defaultApprovalRecordAge
+	}
 	gw := &Gateway{cfg: cfg, base: base, dec: opts.Decider, client: opts.Client, log: opts.Logger,
 		wrap: opts.Wrap, keyOf: opts.KeyOf, now: opts.Now}
 	if gw.client == nil {
@@ -134,6 +149,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	if gw.now == nil {
 		gw.now = time.Now
+	}
+	if cfg.Approvals == ApprovalsClient {
+		gw.approvals = newApprovalLedger(cfg.ApprovalRecords, cfg.ApprovalRecordAge, gw.now)
 	}
 	gw.log = gw.log.With("gateway", "agentapi", "upstream", cfg.Name)
 	return gw, nil

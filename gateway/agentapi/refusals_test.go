@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,51 +42,34 @@ func TestUnreadableBodyIsInvalidRequest(t *testing.T) {
 	require.Empty(t, s.agent.requests())
 }
 
-// approvalResponseRequest is the runtime's sample request carrying an
-// mcp_approval_response, answering approve.
-func approvalResponseRequest(t *testing.T, approve bool) string {
-	t.Helper()
-	var req map[string]any
-	require.NoError(t, json.Unmarshal(sample(t, "request-approval-response.json"), &req))
-	data := req["input"].([]any)[0].(map[string]any)["content"].([]any)[0].(map[string]any)["data"].(map[string]any)
-	data["approve"] = approve
-	b, err := json.Marshal(req)
-	require.NoError(t, err)
-	return string(b)
-}
-
 // With --agentapi-approvals vigil, Vigil answers every approval request itself and the
 // client never sees one: a client's own mcp_approval_response is refused (400, naming the
-// item) before anything is stored or sent up. With client, the client answers the requests
-// Vigil let through, and its answer goes up as it is.
+// item) before anything is stored or sent up, whatever it answers, and even right after
+// Vigil answered that very request. (With client, see
+// TestClientAnswersOnlyApprovalsVigilLetThrough.)
 func TestClientApprovalResponse(t *testing.T) {
 	for _, tt := range []struct {
-		approvals string
-		approve   bool
-	}{{ApprovalsVigil, true}, {ApprovalsVigil, false}, {ApprovalsClient, true}} {
-		t.Run(tt.approvals+map[bool]string{true: "/approve", false: "/refuse"}[tt.approve], func(t *testing.T) {
-			s := newStack(t, testRules, Config{Approvals: tt.approvals})
-			resp := s.post(context.Background(), approvalResponseRequest(t, tt.approve))
-			defer resp.Body.Close()
-			if tt.approvals == ApprovalsClient {
-				require.Equal(t, http.StatusOK, resp.StatusCode)
-				evs, _ := events(t, resp.Body)
-				require.Equal(t, "completed", final(t, evs)["status"])
-				got := s.agent.requests()
-				require.Len(t, got, 1)
-				require.Contains(t, string(got[0]), `"approve":true`)
-				return
+		name    string
+		asked   bool
+		approve bool
+	}{{"approve", false, true}, {"refuse", false, false}, {"approve after Vigil answered", true, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStack(t, "", Config{Approvals: ApprovalsVigil})
+			calls, steps := 0, 0
+			if tt.asked {
+				status, f := s.send(askRequest("sess-1", true))
+				require.Equal(t, http.StatusOK, status)
+				require.Contains(t, texts(f["output"]), "Deleted /home/dev/x.", "Vigil approved it")
+				calls, steps = len(s.agent.requests()), s.stored()
+				require.Equal(t, 2, calls)
 			}
-			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-			var f responseObject
-			require.NoError(t, json.NewDecoder(resp.Body).Decode(&f))
-			require.Equal(t, statusFailed, f.Status)
-			require.Equal(t, codeInvalidRequest, f.Error.Code)
-			require.True(t, strings.HasPrefix(f.Error.Message, "invalid request: input[0]: an mcp_approval_response is Vigil's to send"), f.Error.Message)
-			require.Empty(t, s.agent.requests(), "never forwarded")
-			n, err := s.db.Steps(context.Background(), record.StepQuery{Limit: 10})
-			require.NoError(t, err)
-			require.Empty(t, n, "nothing stored")
+			status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", tt.approve, true, nil))
+			s.requireRefused(status, f, "invalid request: input[0]: an mcp_approval_response is Vigil's to send", calls, steps)
+			if steps == 0 {
+				n, err := s.db.Steps(context.Background(), record.StepQuery{Limit: 10})
+				require.NoError(t, err)
+				require.Empty(t, n, "nothing stored")
+			}
 		})
 	}
 }

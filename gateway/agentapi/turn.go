@@ -56,6 +56,9 @@ type turn struct {
 	// response that asked.
 	approvals []json.RawMessage
 	mayAct    map[string]bool
+	// taken are the approval requests the client's input answers, marked answered in the
+	// gateway's ledger; made answerable again when the turn does not send the input up.
+	taken []approvalKey
 	// appError: the upstream sent the runtime's application error ({"error": …}), after
 	// which its stream may end without a final response.
 	appError bool
@@ -114,6 +117,10 @@ func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request,
 					"Vigil answers the upstream's approval requests itself (rules and holds decide), so a client does not answer them"}
 			}
 		}
+		return t, nil
+	}
+	if err := t.admitAnswers(); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -122,6 +129,10 @@ func (gw *Gateway) newTurn(w http.ResponseWriter, r *http.Request, req *request,
 func (t *turn) run() {
 	body, rejected, ok := t.judgeInput()
 	if !ok || rejected {
+		if t.taken != nil {
+			// The answers never went up: the client may send them again.
+			t.gw.approvals.restore(t.taken)
+		}
 		return
 	}
 	resp, ok := t.post(body)
@@ -635,6 +646,8 @@ func (t *turn) judge(raw []byte) (judged, error) {
 			deny = true
 			v.Message = "Vigil would change the call's arguments, which an approval cannot do."
 		}
+		// Remembered before the client can see it: the client may answer it only if allowed.
+		t.rememberApproval(id, !deny)
 		if t.gw.cfg.Approvals == ApprovalsVigil || deny {
 			reason := ""
 			if deny {

@@ -31,7 +31,7 @@ func namesOf(t reflect.Type) []string {
 // Each struct read by decodeExact lists its members by hand; a field added or renamed
 // without its list would let a case variant of it through.
 func TestMembersMatchTags(t *testing.T) {
-	for _, v := range []exactObject{&head{}, &message{}, &content{}, &callData{}, &outputList{}, &appErrorBody{}} {
+	for _, v := range []exactObject{&head{}, &message{}, &content{}, &callData{}, &outputList{}, &appErrorBody{}, &approvalData{}} {
 		typ := reflect.TypeOf(v).Elem()
 		require.Equal(t, namesOf(typ), v.members(), typ.Name())
 	}
