@@ -146,7 +146,7 @@ func Install(o InstallOptions) (InstallResult, error) {
 	case err != nil:
 		return res, fmt.Errorf("read %s: %w", path, err)
 	}
-	doc, err := readSettings(path, old)
+	doc, err := readSettings(path, old, o.Agent == Gemini)
 	if err != nil {
 		return res, err
 	}
@@ -320,14 +320,32 @@ func restoreFile(path string, old []byte) error {
 }
 
 // readSettings reads a settings file: an empty file is null, anything but an object or
-// null is refused.
-func readSettings(path string, data []byte) (*jdoc, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
+// null is refused. With comments, // and /* */ comments are allowed and kept where they
+// are: Gemini CLI reads its settings.json through strip-json-comments. The other agents'
+// files are plain JSON to their own readers, so a comment there is the error it is to them.
+func readSettings(path string, data []byte, comments bool) (*jdoc, error) {
+	plain := data
+	if comments {
+		var closed bool
+		if plain, closed = stripComments(data); !closed {
+			return nil, fmt.Errorf("%s is not a JSON object (a /* comment is not closed); fix or move it first", path)
+		}
+	}
+	if len(bytes.TrimSpace(plain)) == 0 {
+		if len(bytes.TrimSpace(data)) != 0 {
+			// Only comments: they stay, before the object install writes, on lines of
+			// their own (a // comment would otherwise run into it).
+			lead := string(data)
+			if !strings.HasSuffix(lead, "\n") {
+				lead += "\n"
+			}
+			return &jdoc{lead: lead, root: &jnode{raw: []byte("null")}, trail: "\n"}, nil
+		}
 		return &jdoc{root: &jnode{raw: []byte("null")}, trail: "\n"}, nil
 	}
-	if !json.Valid(data) {
+	if !json.Valid(plain) {
 		var v any
-		err := json.Unmarshal(data, &v)
+		err := json.Unmarshal(plain, &v)
 		if err == nil {
 			err = errors.New("invalid JSON")
 		}

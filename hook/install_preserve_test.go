@@ -67,6 +67,9 @@ func TestInstallUninstallKeepsFile(t *testing.T) {
 		{"one line", Cursor, `{"version":1,"hooks":{"preToolUse":[{"command":"./audit.sh && true"}],"afterFileEdit":[{"command":"./fmt.sh"}]}}`},
 		{"one line with spaces", Codex, `{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say <done>"}]}]}, "n": 12345678901234567890}`},
 		{"no final newline", Gemini, "{\n  \"theme\": \"Default\"\n}"},
+		// Gemini CLI reads its settings through strip-json-comments.
+		{"comments", Gemini, "// my settings\n{\n  // the look\n  \"theme\": \"GitHub\", /* dark later */\n  \"hooks\": { // mine first\n    \"AfterAgent\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"say // done\"}]}]\n  }\n  /* end */\n}\n// bye"},
+		{"comments, no hooks yet", Gemini, "{\n  /* a */ \"theme\" /* b */ : /* c */ \"Default\" // d\n}\n"},
 		{"empty object", ClaudeCode, "{}\n"},
 		// Go would read the byte as U+FFFD; the file keeps it.
 		{"invalid UTF-8", ClaudeCode, "{\"a\": \"\xff\"}\n"},
@@ -178,6 +181,9 @@ func TestInstallRefusesWrongTypes(t *testing.T) {
 			"trailing comma":  `{"hooks": {},}`,
 			"comment (JSONC)": "{\n  // mine\n  \"model\": \"x\"\n}",
 		} {
+			if agent == Gemini && name == "comment (JSONC)" {
+				continue // Gemini CLI's settings allow comments (TestInstallUninstallKeepsFile)
+			}
 			for _, uninstall := range []bool{false, true} {
 				t.Run(agent+" "+name, func(t *testing.T) {
 					dir := t.TempDir()

@@ -1,8 +1,10 @@
 package hook
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +155,8 @@ func TestInstallRefusesBadFiles(t *testing.T) {
 		"not an object": `[1,2]`,
 		"hooks a list":  `{"hooks": []}`,
 		"event a map":   `{"hooks": {"PreToolUse": {}}}`,
+		// Claude Code reads plain JSON: a comment is an error to it too.
+		"comment": "{\n  // mine\n  \"model\": \"opus\"\n}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -164,6 +168,39 @@ func TestInstallRefusesBadFiles(t *testing.T) {
 			got, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.Equal(t, content, string(got), "a file Vigil cannot read is left alone")
+		})
+	}
+}
+
+// TestInstallGeminiCommentsOnly: a Gemini CLI settings file of comments alone keeps them,
+// each on its own line, above the object install writes; an open block comment is refused.
+func TestInstallGeminiCommentsOnly(t *testing.T) {
+	for _, tt := range []struct{ name, content, wantErr string }{
+		{"line comment without newline", "// nothing yet", ""},
+		{"block comment", "/* nothing\n yet */\n", ""},
+		{"open block comment", "{/* \"theme\": 1}", "a /* comment is not closed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, err := SettingsPath(Gemini, dir)
+			require.NoError(t, err)
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			require.NoError(t, os.WriteFile(path, []byte(tt.content), 0o644))
+			_, err = Install(installOpts(Gemini, dir))
+			got, rerr := os.ReadFile(path)
+			require.NoError(t, rerr)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, tt.content, string(got))
+				return
+			}
+			require.NoError(t, err)
+			plain, closed := stripComments(got)
+			require.True(t, closed)
+			var v map[string]any
+			require.NoError(t, json.Unmarshal(plain, &v), "%s", got)
+			require.Contains(t, v, "hooks")
+			require.True(t, strings.HasPrefix(string(got), strings.TrimRight(tt.content, "\n")+"\n"), "%s", got)
 		})
 	}
 }

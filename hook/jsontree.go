@@ -67,10 +67,27 @@ type jparser struct {
 	i int
 }
 
+// ws reads whitespace, and the comments of a settings file that allows them (see
+// stripComments): they are kept with the whitespace around them, so they stay where the
+// user wrote them.
 func (p *jparser) ws() string {
 	start := p.i
-	for p.i < len(p.b) && strings.IndexByte(" \t\r\n", p.b[p.i]) >= 0 {
-		p.i++
+	for p.i < len(p.b) {
+		switch {
+		case strings.IndexByte(" \t\r\n", p.b[p.i]) >= 0:
+			p.i++
+		case bytes.HasPrefix(p.b[p.i:], []byte("//")):
+			if end := bytes.IndexByte(p.b[p.i:], '\n'); end >= 0 {
+				p.i += end // the newline is whitespace
+			} else {
+				p.i = len(p.b)
+			}
+		case bytes.HasPrefix(p.b[p.i:], []byte("/*")):
+			// stripComments accepted the file: every block comment is closed.
+			p.i += 2 + bytes.Index(p.b[p.i+2:], []byte("*/")) + 2
+		default:
+			return string(p.b[start:p.i])
+		}
 	}
 	return string(p.b[start:p.i])
 }
@@ -117,7 +134,7 @@ func (p *jparser) value() *jnode {
 		return &jnode{raw: p.str()}
 	default:
 		start := p.i
-		for p.i < len(p.b) && strings.IndexByte(" \t\r\n,]}", p.b[p.i]) < 0 {
+		for p.i < len(p.b) && strings.IndexByte(" \t\r\n,]}/", p.b[p.i]) < 0 {
 			p.i++
 		}
 		return &jnode{raw: p.b[start:p.i]}
@@ -232,9 +249,12 @@ func styleOf(root *jnode) jstyle {
 		return st
 	}
 	first := root.members[0]
-	st.colon = first.colon
+	// A comment in the whitespace copied for new members would be written again with
+	// each: only its whitespace is.
+	st.colon = uncommented(first.colon)
 	if i := strings.LastIndexByte(first.lead, '\n'); i >= 0 {
-		st.nl, st.indent = "\n", first.lead[i+1:]
+		line := first.lead[i+1:]
+		st.nl, st.indent = "\n", line[:len(line)-len(strings.TrimLeft(line, " \t"))]
 		if strings.HasSuffix(first.lead[:i], "\r") {
 			st.nl = "\r\n"
 		}
@@ -242,13 +262,75 @@ func styleOf(root *jnode) jstyle {
 	}
 	st.nl, st.indent = "", ""
 	st.sep = ""
-	if strings.HasSuffix(first.colon, " ") {
+	if strings.HasSuffix(st.colon, " ") {
 		st.sep = " "
 	}
 	if len(root.members) > 1 {
-		st.sep = root.members[1].lead
+		st.sep = uncommented(root.members[1].lead)
 	}
 	return st
+}
+
+// uncommented is whitespace read by jparser.ws without its comments (a // comment's
+// newline stays).
+func uncommented(ws string) string {
+	if !strings.Contains(ws, "/") {
+		return ws
+	}
+	var b strings.Builder
+	for i := 0; i < len(ws); i++ {
+		switch {
+		case strings.HasPrefix(ws[i:], "//"):
+			end := strings.IndexByte(ws[i:], '\n')
+			if end < 0 {
+				return b.String()
+			}
+			i += end - 1
+		case strings.HasPrefix(ws[i:], "/*"):
+			end := strings.Index(ws[i+2:], "*/")
+			if end < 0 {
+				return b.String()
+			}
+			i += 2 + end + 1
+		default:
+			b.WriteByte(ws[i])
+		}
+	}
+	return b.String()
+}
+
+// stripComments returns b with its // and /* */ comments outside strings replaced by
+// spaces (a // comment's newline kept), as the strip-json-comments module Gemini CLI reads
+// its settings with does, and whether every block comment was closed. Offsets are kept, so
+// a JSON error in the result points at the file's own bytes.
+func stripComments(b []byte) ([]byte, bool) {
+	out := bytes.Clone(b)
+	for i := 0; i < len(out); i++ {
+		switch {
+		case out[i] == '"':
+			for i++; i < len(out) && out[i] != '"'; i++ {
+				if out[i] == '\\' {
+					i++
+				}
+			}
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '/':
+			for ; i < len(out) && out[i] != '\n'; i++ {
+				out[i] = ' '
+			}
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '*':
+			end := bytes.Index(out[i+2:], []byte("*/"))
+			if end < 0 {
+				return nil, false
+			}
+			for k := i; k < i+2+end+2; k++ {
+				if out[k] != '\n' && out[k] != '\r' {
+					out[k] = ' '
+				}
+			}
+			i += 2 + end + 1
+		}
+	}
+	return out, true
 }
 
 // lead is the whitespace before a member at depth.

@@ -14,8 +14,17 @@ func FuzzJSONTree(f *testing.F) {
 		"{\r\n\t\"x\": [\r\n\t\t1\r\n\t]\r\n}", `"\\"`, `[[],[{}]]`} {
 		f.Add([]byte(s))
 	}
+	// With comments, as a Gemini CLI settings file may have them.
+	for _, s := range []string{"{ // c\n \"a\": /* x */ 1, /* y */ \"b\": [1 /*z*/, 2] // end\n}",
+		"/* head */{\"s\":\"// not /* a comment\"}// tail", "{\"a\"/**/:/**/null/**/}", "[//\n]"} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !json.Valid(b) {
+		valid := func(b []byte) bool {
+			plain, closed := stripComments(b)
+			return closed && json.Valid(plain)
+		}
+		if !valid(b) {
 			return
 		}
 		doc := parseJSON(b)
@@ -43,10 +52,60 @@ func FuzzJSONTree(f *testing.F) {
 					m.key, m.rawKey, m.colon = "new", encode("new"), st.colon
 				}
 				c.insert(at, m, 0, st)
-				require.True(t, json.Valid(doc.bytes()), "%s", doc.bytes())
+				require.True(t, valid(doc.bytes()), "%s", doc.bytes())
 				c.remove(at)
 				require.Equal(t, string(b), string(doc.bytes()))
 			}
 		}
 	})
+}
+
+// TestStripComments: comments become spaces, offsets and newlines kept; what looks like a
+// comment inside a string is text.
+func TestStripComments(t *testing.T) {
+	tests := []struct {
+		in, want string
+		closed   bool
+	}{
+		{`{"a":1}`, `{"a":1}`, true},
+		{"{// x\n}", "{    \n}", true},
+		{"{/* a\nb */}", "{    \n    }", true},
+		{`{"u":"http://x/*y*/"}`, `{"u":"http://x/*y*/"}`, true},
+		{`{"q":"\"//"}`, `{"q":"\"//"}`, true},
+		{"[1]// no newline", "[1]             ", true},
+		{"{/* open", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, closed := stripComments([]byte(tt.in))
+			require.Equal(t, tt.closed, closed)
+			if closed {
+				require.Equal(t, tt.want, string(got))
+				require.Len(t, got, len(tt.in))
+			}
+		})
+	}
+}
+
+// TestStyleIgnoresComments: new members copy the file's indentation and separators, never
+// a comment that sits in them.
+func TestStyleIgnoresComments(t *testing.T) {
+	tests := []struct {
+		in   string
+		want jstyle
+	}{
+		{"{\n  // mine\n  \"a\": 1\n}", jstyle{nl: "\n", indent: "  ", colon: ": ", sep: " "}},
+		{"{\n\t/* mine */ \"a\": 1\n}", jstyle{nl: "\n", indent: "\t", colon: ": ", sep: " "}},
+		{`{"a" /* k */ : 1, /* b */ "b": 2}`, jstyle{colon: "  : ", sep: "  "}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			plain, closed := stripComments([]byte(tt.in))
+			require.True(t, closed)
+			require.True(t, json.Valid(plain))
+			doc := parseJSON([]byte(tt.in))
+			require.Equal(t, tt.in, string(doc.bytes()))
+			require.Equal(t, tt.want, styleOf(doc.root))
+		})
+	}
 }
