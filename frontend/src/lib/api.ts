@@ -20,6 +20,7 @@ import type {
   TestResult,
   ValidateResult,
 } from './types';
+import { parseJsonExact } from './exactjson';
 import { stringifyExact } from './jsonnumber';
 
 export class ApiError extends Error {
@@ -61,6 +62,8 @@ export function query(params: Record<string, string | number | undefined | null>
 }
 
 const enc = encodeURIComponent;
+/** Answers that carry what agents sent, shown with their numbers as sent. */
+const EXACT = { exact: true } as const;
 
 /** Who is signed in (team mode), from GET /api/auth/me. */
 export interface Me {
@@ -122,7 +125,13 @@ export class Api {
     method: string,
     path: string,
     body?: unknown,
-    opts: { raw?: { text: string; type: string }; signal?: AbortSignal; text?: boolean } = {},
+    opts: {
+      raw?: { text: string; type: string };
+      signal?: AbortSignal;
+      text?: boolean;
+      /** The answer carries an agent's JSON (steps, holds, audit entries): read its numbers exactly. */
+      exact?: boolean;
+    } = {},
   ): Promise<T> {
     const { raw, signal } = opts;
     const headers: Record<string, string> = { Accept: 'application/json' };
@@ -151,7 +160,8 @@ export class Api {
     let data: unknown = undefined;
     if (text) {
       try {
-        data = JSON.parse(text);
+        // An agent's 12345678901234567891 would read as 12345678901234567000 (see exactjson).
+        data = opts.exact ? parseJsonExact(text) : JSON.parse(text);
       } catch {
         if (!res.ok) throw new ApiError(res.status, 'http_' + res.status, text.trim().slice(0, 300) || res.statusText);
         throw new ApiError(res.status, 'bad_json', 'The guardian sent a response that is not JSON');
@@ -186,14 +196,14 @@ export class Api {
     return this.request<Session>('GET', `/api/sessions/${enc(id)}`);
   }
   sessionSteps(id: string, p: { after?: number; limit?: number } = {}) {
-    return this.request<{ steps: Step[] | null; next: number | null }>('GET', `/api/sessions/${enc(id)}/steps` + query(p));
+    return this.request<{ steps: Step[] | null; next: number | null }>('GET', `/api/sessions/${enc(id)}/steps` + query(p), undefined, EXACT);
   }
   step(seq: number) {
-    return this.request<Step>('GET', `/api/steps/${seq}`);
+    return this.request<Step>('GET', `/api/steps/${seq}`, undefined, EXACT);
   }
   /** The hold of a held step: who decided, when, the note and the audited diff. */
   stepHold(seq: number) {
-    return this.request<StepHold>('GET', `/api/steps/${seq}/hold`);
+    return this.request<StepHold>('GET', `/api/steps/${seq}/hold`, undefined, EXACT);
   }
   control(id: string, action: 'pause' | 'resume' | 'block', operator: string, note?: string) {
     return this.request<unknown>('POST', `/api/sessions/${enc(id)}/${action}`, { operator, note: note ?? '' });
@@ -219,7 +229,7 @@ export class Api {
   }
 
   holds(status: HoldStatus | 'all' = 'pending') {
-    return this.request<{ holds: Hold[] | null; now?: string }>('GET', '/api/holds' + query({ status }));
+    return this.request<{ holds: Hold[] | null; now?: string }>('GET', '/api/holds' + query({ status }), undefined, EXACT);
   }
   /**
    * One hold as the guardian's JSON text: its request has the agent's numbers as written, which
@@ -229,7 +239,7 @@ export class Api {
     return this.request<string>('GET', `/api/holds/${enc(id)}`, undefined, { text: true });
   }
   decide(id: string, action: 'approve' | 'deny' | 'modify', body: DecisionBody) {
-    return this.request<Hold>('POST', `/api/holds/${enc(id)}/${action}`, body);
+    return this.request<Hold>('POST', `/api/holds/${enc(id)}/${action}`, body, EXACT);
   }
 
   rules() {
@@ -260,7 +270,7 @@ export class Api {
     return this.request<ValidateResult>('POST', '/api/rules/validate', body, signal ? { signal } : {});
   }
   test(body: { rules: Rule[]; step: { method: string; params: unknown } } | { rules: Rule[]; seq: number }) {
-    return this.request<TestResult>('POST', '/api/rules/test', body);
+    return this.request<TestResult>('POST', '/api/rules/test', body, EXACT);
   }
   backtest(rules: Rule[], limit: number) {
     return this.request<BacktestResult>('POST', '/api/rules/backtest', { rules, limit });
@@ -295,7 +305,7 @@ export class Api {
   }
 
   audit(p: { limit?: number; before?: number | string; type?: string; sessionId?: string; operator?: string } = {}) {
-    return this.request<{ entries: AuditEntry[] | null; next?: number | string | null }>('GET', '/api/audit' + query(p));
+    return this.request<{ entries: AuditEntry[] | null; next?: number | string | null }>('GET', '/api/audit' + query(p), undefined, EXACT);
   }
 }
 

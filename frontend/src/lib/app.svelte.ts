@@ -4,7 +4,7 @@
 
 import { Api, ApiError, liveUrl, resolveApiBase, type DecisionBody, type Me } from './api';
 import { UNDO_MS } from './decisions';
-import { ClockOffset, applyHoldEvents, emptyHolds, holdsBySession, setPending, type HoldsState } from './holds';
+import { ClockOffset, PendingLoads, applyHoldEvents, emptyHolds, holdsBySession, type HoldsState } from './holds';
 import { LiveClient, type LiveState } from './live';
 import { loadOperator, saveOperator } from './operator';
 import { pushCapped } from './sessions';
@@ -77,6 +77,8 @@ class ConsoleState {
   /** Why the last load of the queue failed; '' once it loaded. */
   holdsError = $state('');
   holdsLoading = $state(false);
+  /** The queue's loads: an older answer never replaces a newer one (lib/holds). */
+  private readonly pendingLoads = new PendingLoads();
   /** Decisions waiting out their undo window, oldest first. */
   queued = $state.raw<QueuedDecision[]>([]);
   /** Holds this console decided (sent), so the queue may move on from them. */
@@ -289,19 +291,20 @@ class ConsoleState {
   async refreshHolds(): Promise<void> {
     this.holdsLoading = true;
     try {
-      // Holds that arrive live while the request is on its way are newer than its answer.
-      const before = new Set(this.holds.pending.map((h) => h.id));
-      const r = await this.api.holds('pending');
+      // Holds that arrive live while the request is on its way are newer than its answer, and
+      // so is the answer of a load started after it (null: that one answered first).
+      const r = await this.pendingLoads.run(() => this.holds, () => this.api.holds('pending'));
+      if (!r) return;
       // The server's clock, for countdowns against its deadlines.
       if (r.now) this.clock.observe(r.now, Date.now());
-      this.holds = setPending(this.holds, r.holds ?? [], before);
+      this.holds = r.state;
       this.holdsLoaded = true;
       this.holdsError = '';
     } catch (err) {
       // The Held page shows this in place of the queue: an empty list would read "all clear".
       this.holdsError = err instanceof Error ? err.message : String(err);
     } finally {
-      this.holdsLoading = false;
+      this.holdsLoading = this.pendingLoads.busy;
     }
   }
 

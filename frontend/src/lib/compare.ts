@@ -1,6 +1,7 @@
 // GET /api/compare: two sessions' steps aligned by turn and by (kind, tool).
 import { bidiBalanced } from './bidi';
 import type { Api } from './api';
+import { stringifyExact } from './jsonnumber';
 import type { Session } from './types';
 
 export interface CompareStep {
@@ -55,7 +56,7 @@ export interface CompareResult {
 
 export function compareSessions(api: Api, a: string, b: string, signal?: AbortSignal): Promise<CompareResult> {
   const q = new URLSearchParams({ a, b });
-  return api.request<CompareResult>('GET', `/api/compare?${q}`, undefined, { signal });
+  return api.request<CompareResult>('GET', `/api/compare?${q}`, undefined, { signal, exact: true });
 }
 
 const FIELD_LABEL: Record<CompareField, string> = {
@@ -81,7 +82,7 @@ export function rowLabel(r: CompareRow): string {
 }
 
 function short(v: unknown): string {
-  const s = v === undefined ? '' : JSON.stringify(v);
+  const s = v === undefined ? '' : stringifyExact(v);
   return s.length > 80 ? s.slice(0, 79) + '…' : s;
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compactJson, parseExact, reindent, spliceValues } from './exactjson';
+import { compactJson, parseExact, parseJsonExact, reindent, spliceValues } from './exactjson';
 import { JsonNumber, RawJson, canonicalNumber, numberEqual, stringifyExact } from './jsonnumber';
 
 describe('parseExact', () => {
@@ -33,6 +33,23 @@ describe('parseExact', () => {
     expect(at('toolCallRequest.inputs[1].value')).toBe('"ACME"');
     expect(at('["a b"][0]')).toBe('true');
     expect(at('')).toBe(t);
+  });
+});
+
+describe('parseJsonExact', () => {
+  it('reads what parseExact reads, numbers with their digits', () => {
+    const t = '{"steps": [{"seq": 7, "request": {"inputs": [{"name": "id", "value": 12345678901234567891}, {"name": "x", "value": [1.50, -0, "caf\\u00e9", "plain"]}]}}]}';
+    const v = parseJsonExact(t) as { steps: { seq: number; request: { inputs: { value: unknown }[] } }[] };
+    expect(v).toEqual(parseExact(t).value);
+    expect(v.steps[0]!.seq).toBe(7);
+    const [id, x] = v.steps[0]!.request.inputs;
+    expect(id!.value).toBeInstanceOf(JsonNumber);
+    expect(String(id!.value)).toBe('12345678901234567891');
+    expect(stringifyExact(x!.value)).toBe('[1.50,-0,"café","plain"]');
+    expect(stringifyExact(v)).toBe(compactJson(t).replace('\\u00e9', 'é'));
+  });
+  it('refuses what JSON.parse refuses', () => {
+    for (const t of ['', '{"a":}', '[1,]', '"a\u0001"', '{"a":1} x']) expect(() => parseJsonExact(t), t).toThrow(SyntaxError);
   });
 });
 

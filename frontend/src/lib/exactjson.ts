@@ -24,6 +24,21 @@ const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
  */
 export function parseExact(text: string): ExactDoc {
   const spans = new Map<string, Span>();
+  return { text, value: read(text, spans), spans };
+}
+
+/**
+ * JSON.parse, except that a number a JS number would not give back stays a JsonNumber with the
+ * text the server sent (9007199254740993, 1.0): what the console shows of an agent's JSON (a
+ * step, a hold, an audit entry) shows its digits. Throws a SyntaxError as JSON.parse does.
+ */
+export function parseJsonExact(text: string): unknown {
+  return read(text, null);
+}
+
+/** The value of the JSON text; each value's span in spans, unless null (reading only). */
+function read(text: string, spans: Map<string, Span> | null): unknown {
+  const at = (path: string, key: string | number) => (spans ? join(path, key) : '');
   let i = 0;
   const fail = (what: string): never => {
     throw new SyntaxError(`${what} at position ${i}`);
@@ -37,18 +52,21 @@ export function parseExact(text: string): ExactDoc {
   };
   const str = (): string => {
     const from = i;
+    let escaped = false;
     i++; // the opening quote
     for (;;) {
       const c = text.charCodeAt(i);
       if (Number.isNaN(c)) fail('Unterminated string');
       if (c === 0x22) break;
-      if (c === 0x5c) i++;
-      else if (c < 0x20) fail('Bad control character in string');
+      if (c === 0x5c) {
+        escaped = true;
+        i++;
+      } else if (c < 0x20) fail('Bad control character in string');
       i++;
     }
     i++;
-    // The literal is checked and decoded by the platform's own parser.
-    return JSON.parse(text.slice(from, i)) as string;
+    // A literal with escapes is checked and decoded by the platform's own parser.
+    return escaped ? (JSON.parse(text.slice(from, i)) as string) : text.slice(from + 1, i - 1);
   };
   const value = (path: string): unknown => {
     ws();
@@ -69,7 +87,7 @@ export function parseExact(text: string): ExactDoc {
           if (text[i] !== ':') fail("Expected ':'");
           i++;
           // defineProperty: a key "__proto__" is an own property, as JSON.parse makes it.
-          Object.defineProperty(o, k, { value: value(join(path, k)), writable: true, enumerable: true, configurable: true });
+          Object.defineProperty(o, k, { value: value(at(path, k)), writable: true, enumerable: true, configurable: true });
           ws();
           if (text[i] === ',') {
             i++;
@@ -89,7 +107,7 @@ export function parseExact(text: string): ExactDoc {
       if (text[i] === ']') i++;
       else
         for (;;) {
-          a.push(value(join(path, a.length)));
+          a.push(value(at(path, a.length)));
           ws();
           if (text[i] === ',') {
             i++;
@@ -122,13 +140,13 @@ export function parseExact(text: string): ExactDoc {
       const n = Number(t);
       v = String(n) === t ? n : new JsonNumber(t);
     }
-    spans.set(path, [from, i]);
+    spans?.set(path, [from, i]);
     return v;
   };
   const v = value('');
   ws();
   if (i < text.length) fail('Unexpected non-whitespace character after JSON');
-  return { text, value: v, spans };
+  return v;
 }
 
 /**

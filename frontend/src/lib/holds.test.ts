@@ -5,6 +5,9 @@ import {
   emptyHolds,
   formatCountdown,
   holdsBySession,
+  PendingLoads,
+  type HoldsState,
+  type PendingPage,
   remainingFraction,
   remainingMs,
   setPending,
@@ -24,6 +27,77 @@ const hold = (id: string, createdSec: number, extra: Partial<Hold> = {}): Hold =
   ...extra,
 });
 const ev = (type: 'hold.created' | 'hold.resolved', h: Hold): LiveEvent => ({ seq: 1, type, at: '', payload: h });
+
+/** An answer the test gives when it wants. */
+function deferred<T>() {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((ok, bad) => {
+    resolve = ok;
+    reject = bad;
+  });
+  return { promise, resolve, reject };
+}
+
+describe('loads of the pending queue', () => {
+  /** The queue as the console keeps it, loaded as refreshHolds does. */
+  function queue(initial: Hold[]) {
+    let state: HoldsState = { pending: initial, recent: [] };
+    const loads = new PendingLoads();
+    const load = (answer: Promise<PendingPage>) =>
+      loads.run(() => state, () => answer).then((r) => {
+        if (r) state = r.state;
+        return r;
+      });
+    return { loads, load, ids: () => state.pending.map((h) => h.id), live: (e: LiveEvent[]) => (state = applyHoldEvents(state, e)) };
+  }
+
+  it('never lets an older answer replace a newer one', async () => {
+    // x was decided while the stream was down (its hold.resolved never came): the load the
+    // stream's opening starts knows it, the load on its way from before still lists it.
+    const q = queue([hold('x', 10)]);
+    const older = deferred<PendingPage>(),
+      newer = deferred<PendingPage>();
+    const a = q.load(older.promise);
+    const b = q.load(newer.promise);
+    newer.resolve({ holds: [hold('y', 20)] });
+    expect(await b).not.toBeNull();
+    expect(q.ids()).toEqual(['y']);
+    older.resolve({ holds: [hold('x', 10)] });
+    expect(await a).toBeNull();
+    expect(q.ids()).toEqual(['y']);
+  });
+
+  it('takes an older answer that comes first, then the newer one', async () => {
+    const q = queue([]);
+    const older = deferred<PendingPage>(),
+      newer = deferred<PendingPage>();
+    const a = q.load(older.promise);
+    const b = q.load(newer.promise);
+    expect(q.loads.busy).toBe(true);
+    older.resolve({ holds: [hold('x', 10)], now: '2025-01-01T00:00:00Z' });
+    expect(await a).toMatchObject({ now: '2025-01-01T00:00:00Z' });
+    expect(q.ids()).toEqual(['x']);
+    q.live([ev('hold.created', hold('z', 30))]); // arrived live while the newer load was on its way
+    newer.resolve({ holds: [hold('y', 20)] });
+    await b;
+    expect(q.ids()).toEqual(['y', 'z']);
+    expect(q.loads.busy).toBe(false);
+  });
+
+  it("leaves an older load's failure to the newer load", async () => {
+    const q = queue([hold('x', 10)]);
+    const older = deferred<PendingPage>(),
+      newer = deferred<PendingPage>();
+    const a = q.load(older.promise);
+    const b = q.load(newer.promise);
+    older.reject(new Error('network'));
+    await expect(a).resolves.toBeNull();
+    newer.reject(new Error('down'));
+    await expect(b).rejects.toThrow('down');
+    expect(q.ids()).toEqual(['x']);
+  });
+});
 
 describe('holds reducer', () => {
   it('keeps pending oldest first and moves resolved ones to recent', () => {

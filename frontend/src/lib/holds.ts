@@ -33,6 +33,57 @@ export function setPending(state: HoldsState, holds: Hold[], before?: ReadonlySe
   return { ...state, pending };
 }
 
+/** An answer of GET /api/holds?status=pending. */
+export interface PendingPage {
+  holds: Hold[] | null;
+  now?: string;
+}
+
+/**
+ * The loads of the pending queue. The queue loads again each time the live stream opens, so two
+ * loads can be on their way at once and the first can answer last: its snapshot is the older
+ * one, and may still list a hold that the newer one, already shown, knows was decided while the
+ * stream was down. An answer is only taken when no load started after it has been taken.
+ */
+export class PendingLoads {
+  private started = 0;
+  private taken = 0;
+  /** The ids each load on its way knows of (setPending's `before`). */
+  private readonly underway = new Set<Set<string>>();
+
+  /** Whether a load is on its way. */
+  get busy(): boolean {
+    return this.underway.size > 0;
+  }
+
+  /**
+   * Runs load (at once) and resolves with the queue its answer makes of the state as it is then
+   * (setPending: holds that arrived live meanwhile are kept) and the answer's server time; null
+   * when a load started after it answered first. Rejects with its error unless a load was started
+   * after it (whose answer or error then stands for both).
+   */
+  async run(state: () => HoldsState, load: () => Promise<PendingPage>): Promise<{ state: HoldsState; now?: string } | null> {
+    const n = ++this.started;
+    const before = new Set(state().pending.map((h) => h.id));
+    this.underway.add(before);
+    try {
+      const page = await load();
+      if (n < this.taken) return null;
+      this.taken = n;
+      const holds = page.holds ?? [];
+      // What this answer lists did not arrive live for the loads still on their way: a hold
+      // their newer answers leave out ended meanwhile.
+      for (const b of this.underway) for (const h of holds) b.add(h.id);
+      return { state: setPending(state(), holds, before), ...(page.now ? { now: page.now } : {}) };
+    } catch (err) {
+      if (n < this.started) return null;
+      throw err;
+    } finally {
+      this.underway.delete(before);
+    }
+  }
+}
+
 export function applyHoldEvents(state: HoldsState, events: LiveEvent[]): HoldsState {
   let pending = state.pending;
   let recent = state.recent;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LiveClient, backoffDelay, connectUrl, dedupe, parseFrame, type SocketLike, type Timers } from './live';
+import { stringifyExact } from './jsonnumber';
 import type { LiveEvent } from './types';
 
 class FakeSocket implements SocketLike {
@@ -99,6 +100,11 @@ describe('parseFrame and dedupe', () => {
     expect(parseFrame('{"type":"step"}')).toBeNull();
     expect(parseFrame(new ArrayBuffer(2))).toBeNull();
     expect(parseFrame('{"seq":1,"type":"step","payload":{}}')?.seq).toBe(1);
+  });
+  it("keeps the digits of an agent's numbers", () => {
+    const e = parseFrame('{"seq":3,"type":"hold.created","payload":{"request":{"params":{"n":12345678901234567891}}}}');
+    expect(e?.seq).toBe(3);
+    expect(stringifyExact(e?.payload)).toBe('{"request":{"params":{"n":12345678901234567891}}}');
   });
   it('drops seen seqs, keeps stats (seq 0) and order', () => {
     const ev = (seq: number, type = 'step') => ({ seq, type, at: '', payload: {} }) as unknown as LiveEvent;

@@ -4,6 +4,7 @@
 // gives up on an attempt that does not open in time (a guardian that accepts the connection
 // but never answers, e.g. stopped or overloaded) and tries again with the same backoff.
 
+import { parseJsonExact } from './exactjson';
 import type { LiveEvent } from './types';
 
 export type LiveStatus = 'connecting' | 'open' | 'waiting' | 'stopped';
@@ -77,12 +78,15 @@ export function connectUrl(url: string, lastSeq: number, session?: string): stri
   return s ? `${url}${url.includes('?') ? '&' : '?'}${s}` : url;
 }
 
-/** Parses one frame; returns null for anything that is not a live event. */
+/**
+ * Parses one frame; returns null for anything that is not a live event. Its steps, holds and
+ * audit entries carry what agents sent: their numbers are read exactly (see exactjson).
+ */
 export function parseFrame(data: unknown): LiveEvent | null {
   if (typeof data !== 'string') return null;
   let v: unknown;
   try {
-    v = JSON.parse(data);
+    v = parseJsonExact(data);
   } catch {
     return null;
   }

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { Api, ApiError, headerSafe, liveUrl, query, resolveApiBase } from './api';
 import { auditDiffLabel, auditNote } from './audit';
+import { compareSessions, opText, type CompareResult } from './compare';
+import { stringifyExact } from './jsonnumber';
 import { count, micros, plural, relTime, shortId, shortMethod } from './format';
 import { parseParams } from './jsonedit';
 import { loadOperator, saveOperator } from './operator';
@@ -206,6 +208,33 @@ describe('api client', () => {
     expect(seen[1]!.get('X-CSRF-Token')).toBe('tok');
     expect(unauth).toBe(2); // /api/auth/me itself does not trigger the sign-in screen
     expect(headerSafe('Dana Reyes')).toBe('Dana Reyes');
+  });
+
+  it("reads the agent's numbers in steps, holds and audit entries as the guardian sent them", async () => {
+    const big = '12345678901234567891'; // JSON.parse reads 12345678901234567000
+    const request = `{"method":"steps/toolCallRequest","params":{"toolCallRequest":{"inputs":[{"name":"id","value":${big}}]}}}`;
+    const answers: Record<string, string> = {
+      '/api/holds?status=pending': `{"holds":[{"id":"h1","request":${request}}]}`,
+      '/api/holds/h1/approve': `{"id":"h1","request":${request}}`,
+      '/api/sessions/s/steps': `{"steps":[{"seq":1,"request":${request}}],"next":null}`,
+      '/api/steps/1': `{"seq":1,"request":${request}}`,
+      '/api/steps/1/hold': `{"hold":{"id":"h1","request":${request}},"audit":[{"id":2,"diff":[{"op":"replace","value":${big}}]}]}`,
+      '/api/audit': `{"entries":[{"id":2,"detail":{"n":${big}}}]}`,
+      '/api/compare?a=x&b=y': `{"rows":[{"inputs":[{"op":"add","path":"/0","value":${big}}]}]}`,
+    };
+    const api = new Api('', async (url) => new Response(answers[url] ?? '{}', { status: answers[url] ? 200 : 404 }));
+    const got = [
+      await api.holds(),
+      await api.decide('h1', 'approve', { operator: 'ann' }),
+      await api.sessionSteps('s'),
+      await api.step(1),
+      await api.stepHold(1),
+      await api.audit(),
+      await compareSessions(api, 'x', 'y'),
+    ];
+    for (const v of got) expect(stringifyExact(v)).toContain(big);
+    expect(opText((got[6] as CompareResult).rows![0]!.inputs![0]!)).toBe(`/0: added ${big}`);
+    expect((got[2] as { steps: Step[] }).steps[0]!.seq).toBe(1); // the guardian's own numbers stay numbers
   });
 
   it('reports network failures and non-JSON errors readably', async () => {

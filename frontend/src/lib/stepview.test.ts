@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { JsonNumber } from './jsonnumber';
 import { answerOf, changesOf, controlReason, heldOutcome, kindOf, partsText, readable, redactionsOf, valueText } from './stepview';
 
 const ctx = {
@@ -166,6 +167,19 @@ describe('outcome', () => {
   });
 });
 
+describe('numbers past a JS number', () => {
+  const big = new JsonNumber('12345678901234567891');
+  const call = (value: unknown) => ({ method: 'steps/toolCallRequest', params: { toolCallRequest: { toolId: 't', inputs: [{ name: 'id', value }] } } });
+  it('are shown with their digits and compared by them', () => {
+    expect(valueText(readable(call(big)).inputs![0]!.value)).toBe('12345678901234567891');
+    expect(changesOf(call(big), call(new JsonNumber('12345678901234567892')))).toEqual([
+      { field: 'inputs.id', before: big, after: new JsonNumber('12345678901234567892'), kind: 'changed' },
+    ]);
+    expect(readable({ method: 'protocols/MCP', params: { message: { jsonrpc: '2.0', id: big, result: {} } } }).subtitle).toBe('id 12345678901234567891');
+    expect(String(answerOf({ error: { code: big, message: 'no' } }).error?.code)).toBe('12345678901234567891');
+  });
+});
+
 describe('how a held step ended', () => {
   const res = (message: string, reasonCode: string[] = []) => ({ jsonrpc: '2.0', id: 1, result: { decision: 'deny', message, reasonCode } });
   it('says "after review" only when a person decided', () => {
@@ -181,6 +195,14 @@ describe('how a held step ended', () => {
     expect(heldOutcome(res('Approved by rita'), 'timedOut')).toBe('timed out');
     expect(heldOutcome(undefined, 'abandoned')).toBe('agent disconnected');
     expect(heldOutcome(undefined, 'interrupted')).toBe('interrupted');
+  });
+  it('says when the hold ended but that end could not be recorded, so the agent was denied', () => {
+    const lost = res('The step was held for review and timed out (decision on timeout: allow), but that outcome could not be recorded, so the step is denied; send it again.', [
+      'HOLD_NOT_RECORDED',
+    ]);
+    expect(heldOutcome(lost)).toBe('outcome not recorded');
+    expect(heldOutcome(lost, 'interrupted')).toBe('outcome not recorded');
+    expect(heldOutcome(lost, 'timedOut')).toBe('outcome not recorded'); // the timeout was stored after the agent was denied
   });
   it('claims nothing it cannot know', () => {
     expect(heldOutcome(undefined)).toBe('held for review');

@@ -3,7 +3,7 @@
 
 import { bidiBalanced as bidi } from './bidi';
 import { diffJson } from './diff';
-import { stringifyExact } from './jsonnumber';
+import { JsonNumber, stringifyExact } from './jsonnumber';
 
 export interface Section {
   label: string;
@@ -194,7 +194,7 @@ export function readable(request: unknown, fallbackMethod = ''): Readable {
       // which one; a response has no method and is named by its id.
       const what = mm ?? (msg.result !== undefined || msg.error !== undefined ? `response${msg.id !== undefined ? ` to #${String(msg.id)}` : ''}` : undefined);
       r.title = ['MCP' + (what ? ` ${bidi(what)}` : ''), r.tool && bidi(r.tool)].filter(Boolean).join(' · ');
-      r.subtitle = str(msg.id) || typeof msg.id === 'number' ? `id ${bidi(String(msg.id))}` : undefined;
+      r.subtitle = str(msg.id) || typeof msg.id === 'number' || msg.id instanceof JsonNumber ? `id ${bidi(String(msg.id))}` : undefined;
       break;
     }
     case 'a2a': {
@@ -241,7 +241,8 @@ export interface Answer {
   ruleId?: string;
   /** The request the agent was told to use instead (decision modify). */
   modifiedRequest?: unknown;
-  error?: { code: number; message: string };
+  /** The code as the guardian stored it (a JsonNumber when a JS number would change it). */
+  error?: { code: number | JsonNumber; message: string };
 }
 
 export function answerOf(response: unknown): Answer {
@@ -255,19 +256,26 @@ export function answerOf(response: unknown): Answer {
     reasonCodes: arr(result.reasonCode).map(String),
     ruleId: str(obj(result.data).ruleId),
     modifiedRequest: result.modifiedRequest && typeof result.modifiedRequest === 'object' ? result.modifiedRequest : undefined,
-    error: typeof err.code === 'number' ? { code: err.code, message: String(err.message ?? '') } : undefined,
+    error: typeof err.code === 'number' || err.code instanceof JsonNumber ? { code: err.code, message: String(err.message ?? '') } : undefined,
   };
 }
 
+/** heldOutcome of a step denied because its hold's end could not be stored (HOLD_NOT_RECORDED). */
+export const NOT_RECORDED = 'outcome not recorded';
+
 /**
  * How a held step ended, as its decision chip says it: 'after review' when an operator
- * decided, else what happened instead ('timed out', 'agent disconnected', 'interrupted').
- * From the hold's status when known (GET /api/steps/{seq}/hold), otherwise from the answer
- * the guardian stored (guardian/holds outcomeOf); 'not reviewed' for a step stored without an
- * answer (its guardian stopped while it waited), and 'held for review' when the step carries
- * neither (a search hit, a step cut short on the live stream).
+ * decided, else what happened instead ('timed out', 'agent disconnected', 'interrupted',
+ * NOT_RECORDED). From the hold's status when known (GET /api/steps/{seq}/hold), otherwise from
+ * the answer the guardian stored (guardian/holds outcomeOf); 'not reviewed' for a step stored
+ * without an answer (its guardian stopped while it waited), and 'held for review' when the
+ * step carries neither (a search hit, a step cut short on the live stream).
  */
 export function heldOutcome(response: unknown, status?: string): string {
+  // The hold ended (timed out, its agent left, the guardian stopped) but that end could not be
+  // stored, so the agent was denied whatever it decided: the answer says so, whatever status
+  // the hold was stored with in the end ('interrupted', or the lost end written late).
+  if (response && answerOf(response).reasonCodes.includes('HOLD_NOT_RECORDED')) return NOT_RECORDED;
   switch (status) {
     case 'approved':
     case 'denied':
@@ -312,7 +320,8 @@ export interface FieldChange {
 }
 
 function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
+  // Exact: two numbers that differ past a JS number's digits differ.
+  return stringifyExact(a) === stringifyExact(b);
 }
 
 /**
