@@ -68,9 +68,20 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	reapOrphans(ctx, dir, bin)
 	base, err := os.MkdirTemp(dir, "vigil-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	// Whose server this is: a test binary killed before Stop (a timeout, ^C) leaves its
+	// server running, and the next Start stops it (reapOrphans).
+	if id := processID(os.Getpid()); id != "" {
+		if err := os.WriteFile(filepath.Join(base, ownerFile), []byte(id), 0o644); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
 	}
 	s := &Server{dir: base, bin: bin, log: filepath.Join(base, "server.log")}
 	if os.Geteuid() == 0 {
@@ -118,6 +129,55 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 			continue
 		}
 		return nil, fmt.Errorf("pgtest: pg_ctl start: %w: %s\n%s", err, out, logText)
+	}
+}
+
+// ownerFile, in a server's directory, names the test process that started it.
+const ownerFile = "owner"
+
+// processID names process pid as "pid starttime" (the start time in clock ticks since boot,
+// from /proc), so a pid reused by another process does not pass for it; "" without /proc.
+func processID(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s", pid, f[19])
+}
+
+// reapOrphans stops the servers under dir whose test process is gone and removes their
+// directories. A server whose owner is unknown (no owner file, no /proc) is left alone.
+func reapOrphans(ctx context.Context, dir, bin string) {
+	dirs, _ := filepath.Glob(filepath.Join(dir, "vigil-pg-*"))
+	for _, d := range dirs {
+		owner, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(string(owner), "%d", &pid); err != nil || processID(pid) == string(owner) {
+			continue // still running its tests
+		}
+		orphan := &Server{dir: d, bin: bin}
+		if fi, err := os.Stat(filepath.Join(d, "data")); err == nil && os.Geteuid() == 0 {
+			if u, err := user.LookupId(strconv.Itoa(int(fileUID(fi)))); err == nil && u.Uid != "0" {
+				orphan.owner = u
+			}
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// Stopped already (or never started): pg_ctl says so, and the directory goes anyway.
+		_, _ = orphan.run(stopCtx, "pg_ctl", "-D", filepath.Join(d, "data"), "-m", "immediate", "-w", "stop")
+		cancel()
+		_ = os.RemoveAll(d)
 	}
 }
 
