@@ -138,13 +138,15 @@ bin/opa-bench: bench/opa/main.go bench/opa/policy.rego bench/opa/go.mod bench/op
 	cd bench/opa && $(GO) build -o ../../bin/opa-bench .
 
 ## bench: the load generator against the no-op floor, with and without 100 rules, the
-## realistic rules at three session lengths and against OPA, and many sessions.
+## realistic rules at three session lengths (one agent also with the two guardians
+## interleaved in 1 s slices) and against OPA, and many sessions.
 bench: build bin/opa-bench
 	$(GO) build -o bin/loadgen ./bench/loadgen
 	./bin/loadgen -vigil ./bin/vigil -concurrency 1,8,32 -duration 3s -rounds 5
 	./bin/loadgen -vigil ./bin/vigil -rules bench/rules100.yaml -concurrency 1,8,32 -duration 3s -rounds 5
 	for n in 20 300 1000; do \
 		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -session-steps $$n -concurrency 1,32 -duration 3s -rounds 5 || exit 1; \
+		./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -vs-no-rules -interleave 1s -session-steps $$n -concurrency 1 -duration 3s -rounds 5 || exit 1; \
 	done
 	./bin/loadgen -vigil ./bin/vigil -rules bench/rules-realistic.yaml -opa bin/opa-bench -concurrency 32 -duration 3s -rounds 5
 	./bin/loadgen -vigil ./bin/vigil -sessions 100,20000,100000 -concurrency 32 -duration 3s -rounds 5
