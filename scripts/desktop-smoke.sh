@@ -73,19 +73,6 @@ wait_for() {
 	done
 }
 
-# A port in the ephemeral range that nothing answers on.
-free_port() {
-	local p
-	for _ in $(seq 50); do
-		p=$((20000 + RANDOM % 30000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
-
 # A display number nobody holds: no lock file and no socket.
 DISPLAY_NUM=
 for n in $(seq 90 140); do
@@ -102,13 +89,17 @@ export DISPLAY=":$DISPLAY_NUM"
 unset WAYLAND_DISPLAY
 wait_for 15 "Xvfb on $DISPLAY" xwininfo -root
 
-PORT=$(free_port) || fail "no free TCP port"
-URL="http://127.0.0.1:$PORT"
-echo "desktop smoke: starting $BIN on $DISPLAY, guardian $URL"
+echo "desktop smoke: starting $BIN on $DISPLAY"
+# Port 0: the guardian binds a port of its own and prints it, so nothing else (another
+# guardian, another test) can take it between a pick and the bind, or answer in its place.
 # Xvfb has no accessibility bus: keep GTK from looking for one.
 env NO_AT_BRIDGE=1 GTK_A11Y=none \
-	"$BIN" --addr "127.0.0.1:$PORT" --db "$WORK/vigil.db" >"$WORK/vigil.log" 2>&1 &
+	"$BIN" --addr "127.0.0.1:0" --db "$WORK/vigil.db" >"$WORK/vigil.log" 2>&1 &
 APP_PID=$!
+listening() { grep -qo 'listening on http://127\.0\.0\.1:[0-9]*' "$WORK/vigil.log"; }
+wait_for "$TIMEOUT" "the guardian's address in its log" listening
+URL=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$WORK/vigil.log" | head -1 | sed 's/^listening on //')
+echo "desktop smoke: guardian $URL"
 
 wait_for "$TIMEOUT" "the guardian at $URL/api/info" curl -fsS --max-time 2 "$URL/api/info"
 # The toplevel whose title starts with "Vigil" (GTK's client-leader window carries the

@@ -6,7 +6,6 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,19 +15,6 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const ARTIFACTS = join(here, 'artifacts');
 export const RULES_FIXTURE = join(here, 'fixtures', 'rules.json');
 const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-
-/** A free loopback port (the guardian is given an explicit address). */
-export function freePort() {
-  return new Promise((ok, bad) => {
-    const s = createServer();
-    s.unref();
-    s.on('error', bad);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = /** @type {import('node:net').AddressInfo} */ (s.address());
-      s.close(() => ok(port));
-    });
-  });
-}
 
 /**
  * Starts the guardian and resolves with its URL once it prints "listening on http://…".
@@ -43,7 +29,6 @@ export async function startGuardian(opts = {}) {
   if (bin && !existsSync(bin)) throw new Error(`VIGIL_BIN=${bin} does not exist`);
   if (!bin && !existsSync(join(here, '..', '..', 'ui', 'dist', 'index.html'))) throw new Error('The mock serves the built console (ui/dist): run `npm run build` first.');
   const dir = mkdtempSync(join(tmpdir(), 'vigil-e2e-'));
-  const port = await freePort();
   let rules = opts.rules ?? RULES_FIXTURE;
   if (opts.extraRules) {
     const set = JSON.parse(readFileSync(rules, 'utf8'));
@@ -51,7 +36,9 @@ export async function startGuardian(opts = {}) {
     rules = join(dir, 'rules.json');
     writeFileSync(rules, JSON.stringify(set));
   }
-  const args = ['serve', '--addr', `127.0.0.1:${port}`, '--db', join(dir, 'vigil.db'), '--rules', rules, ...(opts.extraArgs ?? [])];
+  // Port 0: the guardian binds a port of its own and prints it, so no other test can take
+  // it between a pick and the bind.
+  const args = ['serve', '--addr', '127.0.0.1:0', '--db', join(dir, 'vigil.db'), '--rules', rules, ...(opts.extraArgs ?? [])];
   // Operator accounts (team mode): created in the database before the guardian starts.
   for (const u of opts.users ?? []) {
     if (!bin) throw new Error('users need the real guardian (VIGIL_BIN)');
