@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -378,9 +379,22 @@ func BenchmarkHandle(b *testing.B) {
 // TestErrorsHideTheURL: a webhook URL's path is often its secret; a failed connection's
 // error, which the status API and the log show, must not carry it.
 func TestErrorsHideTheURL(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	addr := srv.Listener.Addr().String()
-	srv.Close() // nothing listens there now
+	// A listener that hangs up on every connection: the delivery fails with an error that
+	// names the URL (as a refused connection's does), and no other test can take the port,
+	// as it could a closed server's.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
 	d := webhooks.New(webhooks.Options{Targets: []webhooks.Target{target(t, "http://"+addr+"/services/SECRET")}, Attempts: 1})
 	start(t, d)
 	d.Consumer().Handle(context.Background(), holdItem(t, record.EventHoldCreated, 1))
