@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -12,44 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/internal/testfs"
 	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
-
-// fsImmutableFL is the inode flag chattr +i sets (linux/fs.h).
-const fsImmutableFL = 0x10
-
-// writeProtect makes path a file this process can read but not write: mode 0400, or for
-// root, who writes whatever the mode says, the immutable attribute. It skips the test where
-// the file system keeps no such attribute.
-func writeProtect(t *testing.T, path string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		require.NoError(t, os.Chmod(path, 0o400))
-		t.Cleanup(func() { require.NoError(t, os.Chmod(path, 0o600)) })
-		return
-	}
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("%s: the file system keeps no inode flags: %v", path, err)
-	}
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsImmutableFL)); err != nil {
-		t.Skipf("%s: cannot make it immutable: %v", path, err)
-	}
-	// Before TempDir's removal, which an immutable file would fail.
-	t.Cleanup(func() {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		defer f.Close()
-		require.NoError(t, unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags)))
-	})
-}
 
 // pgExec runs statements on the database dsn names, on one connection.
 func pgExec(t *testing.T, dsn string, stmts ...string) {
@@ -89,7 +56,7 @@ func TestHealthCheckSeesAReadOnlySQLiteFile(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.status, a.body)
 	require.NoError(t, db.Close())
 
-	writeProtect(t, path)
+	testfs.WriteProtect(t, path)
 	db, err = sqlite.Open(ctx, path, sqlite.Options{})
 	require.NoError(t, err, "a read-only file opens")
 	defer func() { require.NoError(t, db.Close()) }()

@@ -2,48 +2,15 @@ package sqlite
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
+	"github.com/vigil-guardian/vigil/internal/testfs"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/storage"
 )
-
-// fsImmutableFL is the inode flag chattr +i sets (linux/fs.h).
-const fsImmutableFL = 0x10
-
-// writeProtect makes path a file this process can read but not write: mode 0400, or for
-// root, who writes whatever the mode says, the immutable attribute. It skips the test where
-// the file system keeps no such attribute.
-func writeProtect(t *testing.T, path string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		require.NoError(t, os.Chmod(path, 0o400))
-		t.Cleanup(func() { require.NoError(t, os.Chmod(path, 0o600)) })
-		return
-	}
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("%s: the file system keeps no inode flags: %v", path, err)
-	}
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsImmutableFL)); err != nil {
-		t.Skipf("%s: cannot make it immutable: %v", path, err)
-	}
-	// Before TempDir's removal, which an immutable file would fail.
-	t.Cleanup(func() {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		defer f.Close()
-		require.NoError(t, unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags)))
-	})
-}
 
 // A database file SQLite can only read still opens, and would store no write: CheckWritable
 // says so, where a health check can see it.
@@ -56,7 +23,7 @@ func TestCheckWritableReadOnlyFile(t *testing.T) {
 	require.NoError(t, db.CheckWritable(ctx))
 	require.NoError(t, db.Close())
 
-	writeProtect(t, path)
+	testfs.WriteProtect(t, path)
 	db, err = Open(ctx, path, Options{ManualIndex: true})
 	require.NoError(t, err, "a read-only file opens")
 	defer func() { require.NoError(t, db.Close()) }()
