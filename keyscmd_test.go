@@ -45,14 +45,14 @@ func TestListCommandsOnPostgresOnlyRead(t *testing.T) {
 		}},
 		{"older schema", func(t *testing.T, dsn string) {
 			withAccounts(t, dsn)
-			pgExec(t, dsn, fmt.Sprintf(`DELETE FROM vigil_migrations WHERE version = %d`, current))
+			pgtest.Exec(t, dsn, fmt.Sprintf(`DELETE FROM vigil_migrations WHERE version = %d`, current))
 		}, 1, map[string][]string{
 			"keys":  {fmt.Sprintf("schema version %d is older than this Vigil's (%d)", current-1, current), "vigil serve"},
 			"users": {"is older than this Vigil's"},
 		}},
 		{"newer schema", func(t *testing.T, dsn string) {
 			withAccounts(t, dsn)
-			pgExec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
+			pgtest.Exec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
 		}, 1, map[string][]string{
 			"keys":  {fmt.Sprintf("schema version %d is newer than this Vigil's (%d)", current+1, current), "newer Vigil"},
 			"users": {"is newer than this Vigil's"},

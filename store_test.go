@@ -420,20 +420,6 @@ func TestCommandsBesideARunningGuardian(t *testing.T) {
 	require.Greater(t, entries[0].Seq, rec.Seq)
 }
 
-// pgExec runs statements on the database dsn names, as the role the URL names.
-func pgExec(t *testing.T, dsn string, stmts ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	for _, s := range stmts {
-		_, err := conn.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
-}
-
 // pgState is what a read-only command must leave as it found it: the tables of the
 // database's current schema and the migrations recorded.
 func pgState(t *testing.T, dsn string) string {
@@ -467,7 +453,7 @@ var readerRoles atomic.Int64
 func selectOnlyRole(t *testing.T, dsn string) string {
 	t.Helper()
 	role := fmt.Sprintf("reader_%d_%d", os.Getpid(), readerRoles.Add(1))
-	pgExec(t, dsn, "CREATE ROLE "+role+" LOGIN",
+	pgtest.Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
 		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
 	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
@@ -497,16 +483,16 @@ func TestExportOnPostgresNeverCreatesOrMigrates(t *testing.T) {
 		{"empty database", func(*testing.T, string) {}, 1,
 			[]string{"has no Vigil schema", "vigil serve --db", "vigil migrate"}},
 		{"migrations table without a migration", func(t *testing.T, dsn string) {
-			pgExec(t, dsn, `CREATE TABLE vigil_migrations (version integer PRIMARY KEY, name text NOT NULL,
+			pgtest.Exec(t, dsn, `CREATE TABLE vigil_migrations (version integer PRIMARY KEY, name text NOT NULL,
 				applied_at timestamptz NOT NULL DEFAULT now())`)
 		}, 1, []string{"has no Vigil schema"}},
 		{"older schema", func(t *testing.T, dsn string) {
 			migrated(t, dsn)
-			pgExec(t, dsn, fmt.Sprintf(`DELETE FROM vigil_migrations WHERE version = %d`, current))
+			pgtest.Exec(t, dsn, fmt.Sprintf(`DELETE FROM vigil_migrations WHERE version = %d`, current))
 		}, 1, []string{fmt.Sprintf("schema version %d is older than this Vigil's (%d)", current-1, current), "vigil serve"}},
 		{"newer schema", func(t *testing.T, dsn string) {
 			migrated(t, dsn)
-			pgExec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
+			pgtest.Exec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
 		}, 1, []string{fmt.Sprintf("schema version %d is newer than this Vigil's (%d)", current+1, current), "newer Vigil"}},
 		{"current schema", migrated, 0, nil},
 	}

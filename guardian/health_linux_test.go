@@ -13,24 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian"
+	"github.com/vigil-guardian/vigil/internal/pgtest"
 	"github.com/vigil-guardian/vigil/internal/testfs"
 	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
-
-// pgExec runs statements on the database dsn names, on one connection.
-func pgExec(t *testing.T, dsn string, stmts ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	for _, s := range stmts {
-		_, err := conn.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
-}
 
 // healthOf serves a guardian on store and returns its health check's answer getter; now
 // is the guardian's clock.
@@ -82,7 +69,7 @@ func TestHealthCheckSeesAReadOnlyPostgres(t *testing.T) {
 	var name string
 	require.NoError(t, db.Pool().QueryRow(context.Background(), "SELECT current_database()").Scan(&name))
 	id := pgx.Identifier{name}.Sanitize()
-	pgExec(t, dsn, "ALTER DATABASE "+id+" SET default_transaction_read_only = on")
+	pgtest.Exec(t, dsn, "ALTER DATABASE "+id+" SET default_transaction_read_only = on")
 	clock.Add(1)
 	a = health()
 	require.Equal(t, http.StatusServiceUnavailable, a.status, a.body)
@@ -94,7 +81,7 @@ func TestHealthCheckSeesAReadOnlyPostgres(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, a.status, a.body)
 	require.JSONEq(t, readOnlyHealth, a.body)
 
-	pgExec(t, dsn, "SET default_transaction_read_only = off", "ALTER DATABASE "+id+" RESET default_transaction_read_only")
+	pgtest.Exec(t, dsn, "SET default_transaction_read_only = off", "ALTER DATABASE "+id+" RESET default_transaction_read_only")
 	db.Pool().Reset() // and those started read-only go
 	clock.Add(1)
 	a = health()

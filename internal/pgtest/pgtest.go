@@ -290,3 +290,21 @@ func Need(t testing.TB, srv *Server) string {
 	}
 	return dsn
 }
+
+// Exec runs statements on the database dsn names, as the role the URL names, on one
+// connection, failing the test at the first that fails.
+func Exec(t testing.TB, dsn string, stmts ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("pgtest: %s: %v", s, err)
+		}
+	}
+}

@@ -18,20 +18,6 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 )
 
-// execSQL runs statements on the database dsn names, as the role the URL names.
-func execSQL(t *testing.T, dsn string, stmts ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	for _, s := range stmts {
-		_, err := conn.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
-}
-
 // dbState is what OpenReadOnly must leave as it found it: the tables of the current schema,
 // the migrations recorded, and the counts of the rows of every table.
 func dbState(t *testing.T, dsn string) string {
@@ -71,7 +57,7 @@ func migrateTo(t *testing.T, dsn string, n int) {
 	for _, m := range ms[:n] {
 		stmts = append(stmts, m.sql, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, '%s')`, m.version, m.name))
 	}
-	execSQL(t, dsn, stmts...)
+	pgtest.Exec(t, dsn, stmts...)
 }
 
 var readers atomic.Int64
@@ -81,7 +67,7 @@ var readers atomic.Int64
 func selectOnly(t *testing.T, dsn string) string {
 	t.Helper()
 	role := fmt.Sprintf("ro_%d_%d", os.Getpid(), readers.Add(1))
-	execSQL(t, dsn, "CREATE ROLE "+role+" LOGIN",
+	pgtest.Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
 		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
 	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
@@ -117,7 +103,7 @@ func TestOpenReadOnly(t *testing.T) {
 			fmt.Sprintf("schema version %d is older than this Vigil's (%d): upgrade it first by starting this version's guardian on it (`vigil serve --db URL`), or use the Vigil that runs on it", current-1, current)},
 		{"newer schema", func(t *testing.T, dsn string) {
 			withData(t, dsn)
-			execSQL(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
+			pgtest.Exec(t, dsn, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, 'from the future')`, current+1))
 		}, ErrSchemaTooNew, fmt.Sprintf("schema version %d is newer than this Vigil's (%d): use the newer Vigil that migrated it", current+1, current)},
 		{"current schema", withData, nil, ""},
 	}

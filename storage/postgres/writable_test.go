@@ -50,7 +50,7 @@ func TestCheckWritableReadOnlyDefaults(t *testing.T) {
 			dbName := strings.TrimPrefix(u.Path, "/")
 			// The guardian's role is not a superuser: it must read the settings too.
 			role := "w_" + dbName
-			execSQL(t, dsn, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN",
+			pgtest.Exec(t, dsn, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN",
 				"GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
 			db, err := Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), Options{})
 			require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestCheckWritableReadOnlyDefaults(t *testing.T) {
 				stmts[i] = r.Replace(s)
 			}
 			// One connection: it keeps the defaults it started with.
-			execSQL(t, dsn, stmts...)
+			pgtest.Exec(t, dsn, stmts...)
 			err = db.CheckWritable(ctx)
 			if tc.readOnly {
 				require.ErrorIs(t, err, storage.ErrReadOnly)
