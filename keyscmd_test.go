@@ -69,14 +69,14 @@ func TestListCommandsOnPostgresOnlyRead(t *testing.T) {
 				tc.setup(t, dsn)
 				listDSN := dsn
 				if role != "owner" {
-					listDSN = selectOnlyRole(t, dsn)
+					listDSN = pgtest.SelectOnlyRole(t, dsn)
 				}
-				before := pgState(t, dsn)
+				before := pgtest.State(t, dsn)
 				for _, cmd := range []string{"keys", "users"} {
 					var stdout, stderr bytes.Buffer
 					code := run([]string{cmd, "list", "--db", listDSN}, &stdout, &stderr)
 					require.Equal(t, tc.code, code, "%s list: %s", cmd, stderr.String())
-					require.Equal(t, before, pgState(t, dsn), "%s list changed the database", cmd)
+					require.Equal(t, before, pgtest.State(t, dsn), "%s list changed the database", cmd)
 					out := stdout.String()
 					if tc.code != 0 {
 						require.Empty(t, out)
@@ -95,19 +95,19 @@ func TestListCommandsOnPostgresOnlyRead(t *testing.T) {
 // empty database they create Vigil's schema, and a listing then finds what they stored.
 func TestChangeCommandsOnPostgresCreateTheSchema(t *testing.T) {
 	dsn := pgtest.Need(t, pgSrv)
-	require.Equal(t, "tables []", pgState(t, dsn))
+	require.Empty(t, pgtest.State(t, dsn), "no tables")
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run([]string{"keys", "create", "--name", "first", "--db", dsn}, &stdout, &stderr), stderr.String())
 	require.True(t, strings.HasPrefix(stdout.String(), "vgl_"), stdout.String())
-	require.Contains(t, pgState(t, dsn), fmt.Sprint(" migrations ", migrationList(postgres.SchemaVersion())))
+	require.Contains(t, pgtest.State(t, dsn), fmt.Sprint(" migrations ", migrationList(postgres.SchemaVersion())))
 
 	stdout.Reset()
 	stderr.Reset()
-	require.Equal(t, 0, run([]string{"keys", "list", "--db", selectOnlyRole(t, dsn)}, &stdout, &stderr), stderr.String())
+	require.Equal(t, 0, run([]string{"keys", "list", "--db", pgtest.SelectOnlyRole(t, dsn)}, &stdout, &stderr), stderr.String())
 	require.Contains(t, stdout.String(), "first")
 }
 
-// migrationList is 1…n, as pgState prints the versions recorded.
+// migrationList is 1…n, as pgtest.State prints the versions recorded.
 func migrationList(n int) []int {
 	l := make([]int, n)
 	for i := range l {

@@ -10,13 +10,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/internal/pgtest"
@@ -420,45 +417,6 @@ func TestCommandsBesideARunningGuardian(t *testing.T) {
 	require.Greater(t, entries[0].Seq, rec.Seq)
 }
 
-// pgState is what a read-only command must leave as it found it: the tables of the
-// database's current schema and the migrations recorded.
-func pgState(t *testing.T, dsn string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`)
-	require.NoError(t, err)
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	state := fmt.Sprint("tables ", tables)
-	if slices.Contains(tables, "vigil_migrations") {
-		rows, err := conn.Query(ctx, `SELECT version FROM vigil_migrations ORDER BY 1`)
-		require.NoError(t, err)
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		require.NoError(t, err)
-		state += fmt.Sprint(" migrations ", versions)
-	}
-	return state
-}
-
-// readerRoles numbers the SELECT-only roles the tests create (roles are the server's, not
-// one database's).
-var readerRoles atomic.Int64
-
-// selectOnlyRole creates a role that may only read the tables dsn's database holds now and
-// may create nothing in its schema, and returns dsn as that role.
-func selectOnlyRole(t *testing.T, dsn string) string {
-	t.Helper()
-	role := fmt.Sprintf("reader_%d_%d", os.Getpid(), readerRoles.Add(1))
-	pgtest.Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
-		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
-		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
-}
-
 // TestExportOnPostgresNeverCreatesOrMigrates: export only reads. A database without Vigil's
 // schema, or with one older or newer than this binary's, is refused with a message that
 // says which and what to do, and left exactly as it was; a current one is exported, also
@@ -503,13 +461,13 @@ func TestExportOnPostgresNeverCreatesOrMigrates(t *testing.T) {
 				tc.setup(t, dsn)
 				exportDSN := dsn
 				if role != "owner" {
-					exportDSN = selectOnlyRole(t, dsn)
+					exportDSN = pgtest.SelectOnlyRole(t, dsn)
 				}
-				before := pgState(t, dsn)
+				before := pgtest.State(t, dsn)
 				var stdout, stderr bytes.Buffer
 				code := runExport([]string{"--db", exportDSN}, &stdout, &stderr)
 				require.Equal(t, tc.code, code, stderr.String())
-				require.Equal(t, before, pgState(t, dsn), "export changed the database")
+				require.Equal(t, before, pgtest.State(t, dsn), "export changed the database")
 				for _, w := range tc.want {
 					require.Contains(t, stderr.String(), w)
 				}

@@ -8,6 +8,7 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -307,4 +309,58 @@ func Exec(t testing.TB, dsn string, stmts ...string) {
 			t.Fatalf("pgtest: %s: %v", s, err)
 		}
 	}
+}
+
+// SelectOnlyRole creates a role that may read the tables dsn's database holds now and
+// create nothing in its schema, and returns dsn as that role. Roles are the server's, not
+// one database's: the name is random, so tests running side by side never share one.
+func SelectOnlyRole(t testing.TB, dsn string) string {
+	t.Helper()
+	role := fmt.Sprintf("reader_%d_%s", os.Getpid(), rand.Text()[:10])
+	role = strings.ToLower(role)
+	Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
+		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+}
+
+// State is what a read-only command or open must leave as it found it: the tables of the
+// database's current schema with their row counts, and the migrations recorded.
+func State(t testing.TB, dsn string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`)
+	if err != nil {
+		t.Fatalf("pgtest: list tables: %v", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("pgtest: list tables: %v", err)
+	}
+	var b strings.Builder
+	for _, tb := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{tb}.Sanitize()).Scan(&n); err != nil {
+			t.Fatalf("pgtest: count %s: %v", tb, err)
+		}
+		fmt.Fprintf(&b, "%s:%d ", tb, n)
+	}
+	if slices.Contains(tables, "vigil_migrations") {
+		rows, err := conn.Query(ctx, `SELECT version FROM vigil_migrations ORDER BY 1`)
+		if err != nil {
+			t.Fatalf("pgtest: list migrations: %v", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			t.Fatalf("pgtest: list migrations: %v", err)
+		}
+		fmt.Fprint(&b, "migrations ", versions)
+	}
+	return b.String()
 }

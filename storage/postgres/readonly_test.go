@@ -4,48 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/internal/pgtest"
 	"github.com/vigil-guardian/vigil/record"
 )
-
-// dbState is what OpenReadOnly must leave as it found it: the tables of the current schema,
-// the migrations recorded, and the counts of the rows of every table.
-func dbState(t *testing.T, dsn string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`)
-	require.NoError(t, err)
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	var b strings.Builder
-	for _, tb := range tables {
-		var n int64
-		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{tb}.Sanitize()).Scan(&n))
-		fmt.Fprintf(&b, "%s:%d ", tb, n)
-	}
-	if slices.Contains(tables, "vigil_migrations") {
-		rows, err := conn.Query(ctx, `SELECT version FROM vigil_migrations ORDER BY 1`)
-		require.NoError(t, err)
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		require.NoError(t, err)
-		fmt.Fprint(&b, "migrations ", versions)
-	}
-	return b.String()
-}
 
 // migrateTo applies the first n migrations as an older Vigil did.
 func migrateTo(t *testing.T, dsn string, n int) {
@@ -58,19 +24,6 @@ func migrateTo(t *testing.T, dsn string, n int) {
 		stmts = append(stmts, m.sql, fmt.Sprintf(`INSERT INTO vigil_migrations (version, name) VALUES (%d, '%s')`, m.version, m.name))
 	}
 	pgtest.Exec(t, dsn, stmts...)
-}
-
-var readers atomic.Int64
-
-// selectOnly creates a role that may read the tables dsn's database holds now and create
-// nothing in its schema, and returns dsn as that role.
-func selectOnly(t *testing.T, dsn string) string {
-	t.Helper()
-	role := fmt.Sprintf("ro_%d_%d", os.Getpid(), readers.Add(1))
-	pgtest.Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
-		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
-		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
 }
 
 // TestOpenReadOnly: a read-only open never creates, migrates or writes anything. It refuses
@@ -114,15 +67,15 @@ func TestOpenReadOnly(t *testing.T) {
 				tc.setup(t, dsn)
 				openDSN := dsn
 				if role != "owner" {
-					openDSN = selectOnly(t, dsn)
+					openDSN = pgtest.SelectOnlyRole(t, dsn)
 				}
-				before := dbState(t, dsn)
+				before := pgtest.State(t, dsn)
 				ro, err := OpenReadOnly(ctx, openDSN, Options{})
 				if tc.err != nil {
 					require.ErrorIs(t, err, tc.err)
 					require.Nil(t, ro)
 					require.Contains(t, err.Error(), tc.want)
-					require.Equal(t, before, dbState(t, dsn), "OpenReadOnly changed the database")
+					require.Equal(t, before, pgtest.State(t, dsn), "OpenReadOnly changed the database")
 					return
 				}
 				require.NoError(t, err)
@@ -133,7 +86,7 @@ func TestOpenReadOnly(t *testing.T) {
 				require.Equal(t, record.ExportResult{Steps: 1, Audit: 1}, res)
 				require.NoError(t, ro.Close())
 				require.NoError(t, ro.Close(), "a second Close is a no-op")
-				require.Equal(t, before, dbState(t, dsn), "OpenReadOnly or Export changed the database")
+				require.Equal(t, before, pgtest.State(t, dsn), "OpenReadOnly or Export changed the database")
 			})
 		}
 	}
