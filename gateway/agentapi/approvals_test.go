@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vigil-guardian/vigil/guardian/holds"
 	"github.com/vigil-guardian/vigil/record"
 )
 
@@ -260,18 +259,7 @@ func TestAbandonedApprovalCannotBeAnswered(t *testing.T) {
 	h := s.waitHold(ctx)
 	leave()
 	resp.Body.Close()
-	for {
-		got, err := s.holds.Get(ctx, h.ID)
-		require.NoError(t, err)
-		if got.Status == holds.StatusAbandoned {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("hold still %s", got.Status)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	s.waitAbandoned(ctx, h.ID)
 	calls, steps := len(s.agent.requests()), s.stored()
 	status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", true, true, nil))
 	// Denied (the abandoned hold's verdict), or unknown if the turn has not recorded it

@@ -425,6 +425,23 @@ func (s *stack) waitHold(ctx context.Context) holds.Hold {
 	}
 }
 
+// waitAbandoned waits until hold id is abandoned (its client went away).
+func (s *stack) waitAbandoned(ctx context.Context, id string) {
+	s.t.Helper()
+	for {
+		got, err := s.holds.Get(ctx, id)
+		require.NoError(s.t, err)
+		if got.Status == holds.StatusAbandoned {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.t.Fatalf("hold still %s", got.Status)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 func (s *stack) decideHold(id, action string) {
 	s.t.Helper()
 	resp, err := http.Post(s.url+"/api/holds/"+id+"/"+action, "application/json", strings.NewReader(`{"operator":"dana"}`))
@@ -510,18 +527,7 @@ func TestDisconnectAbandonsTheHold(t *testing.T) {
 	h := s.waitHold(ctx)
 	leave()
 	resp.Body.Close()
-	for {
-		got, err := s.holds.Get(ctx, h.ID)
-		require.NoError(t, err)
-		if got.Status == holds.StatusAbandoned {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("hold still %s", got.Status)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	s.waitAbandoned(ctx, h.ID)
 	require.Len(t, s.agent.requests(), 1) // no approval was sent
 }
 
