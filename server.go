@@ -26,6 +26,7 @@ import (
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
 	"github.com/vigil-guardian/vigil/storage"
+	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/ui"
 )
 
@@ -82,6 +83,17 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	db, err := openStore(ctx, cfg.DB, log)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redactDSN(cfg.DB), err)
+	}
+	if !postgres.IsURL(cfg.DB) {
+		// SQLite decides when the file is opened whether it may be written, for as long as
+		// it is open: a guardian on a file it can only read would journal steps that never
+		// reach the tables, and no later moment would mend it. (A PostgreSQL replica starts
+		// on a read-only server, which a failover may make writable, and its health check
+		// answers 503 meanwhile.)
+		if err := db.CheckWritable(ctx); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open database %s: %w", redactDSN(cfg.DB), err)
+		}
 	}
 	origins, publicHost, err := publicOrigins(cfg.PublicURL)
 	if err != nil {

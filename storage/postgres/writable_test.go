@@ -87,3 +87,29 @@ func TestCheckWritableReadOnlyDefaults(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckWritableRevokedGrant: a role that may no longer write a table every step writes
+// is reported as unable to take writes, and writable again once the grant is back.
+func TestCheckWritableRevokedGrant(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Need(t, srv)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	role := "g_" + strings.TrimPrefix(u.Path, "/")
+	pgtest.Exec(t, dsn, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN",
+		"GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
+	db, err := Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.NoError(t, db.CheckWritable(ctx))
+
+	pgtest.Exec(t, dsn, "REVOKE INSERT ON steps FROM "+pgx.Identifier{role}.Sanitize())
+	err = db.CheckWritable(ctx)
+	require.ErrorIs(t, err, storage.ErrReadOnly)
+	require.ErrorContains(t, err, "may not write Vigil's tables")
+	require.Error(t, db.SaveStep(ctx, &record.StepRecord{SessionID: "s1", Method: "steps/message", Decision: "allow"}),
+		"the check tells what a step finds")
+
+	pgtest.Exec(t, dsn, "GRANT INSERT ON steps TO "+pgx.Identifier{role}.Sanitize())
+	require.NoError(t, db.CheckWritable(ctx))
+}
