@@ -70,6 +70,10 @@ func TestInstallUninstallKeepsFile(t *testing.T) {
 		// Gemini CLI reads its settings through strip-json-comments.
 		{"comments", Gemini, "// my settings\n{\n  // the look\n  \"theme\": \"GitHub\", /* dark later */\n  \"hooks\": { // mine first\n    \"AfterAgent\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"say // done\"}]}]\n  }\n  /* end */\n}\n// bye"},
 		{"comments, no hooks yet", Gemini, "{\n  /* a */ \"theme\" /* b */ : /* c */ \"Default\" // d\n}\n"},
+		// An object of comments only, as a settings template has it: install adds the first
+		// member, and the comments stay (before it).
+		{"comments in an empty object", Gemini, "{\n  // my settings go here\n}\n"},
+		{"comment in an empty object, one line", Gemini, "{ /* nothing yet */ }"},
 		{"empty object", ClaudeCode, "{}\n"},
 		// Go would read the byte as U+FFFD; the file keeps it.
 		{"invalid UTF-8", ClaudeCode, "{\"a\": \"\xff\"}\n"},

@@ -396,6 +396,11 @@ func (n *jnode) insert(i int, m *jmember, depth int, st jstyle) {
 	switch {
 	case len(n.members) == 0:
 		m.lead = st.lead(depth + 1)
+		if strings.Contains(n.closeWS, "/") {
+			// A comment in an empty container (Gemini CLI's settings) stays, before the
+			// member, so that remove can give it back.
+			m.lead = n.closeWS + m.lead
+		}
 		n.closeWS = st.lead(depth)
 	case i == 0:
 		m.lead = n.members[0].lead
@@ -406,13 +411,14 @@ func (n *jnode) insert(i int, m *jmember, depth int, st jstyle) {
 	n.members = slices.Insert(n.members, i, m)
 }
 
-// between is the whitespace before a member that is not the first.
+// between is the whitespace before a member that is not the first: a neighbour's, without
+// the comments in it, which are the user's and stay where they are written, once.
 func (n *jnode) between(st jstyle) string {
 	switch {
 	case len(n.members) > 1:
-		return n.members[1].lead
+		return withoutComments(n.members[1].lead)
 	case strings.ContainsRune(n.members[0].lead, '\n'):
-		return n.members[0].lead
+		return withoutComments(n.members[0].lead)
 	case st.nl == "":
 		return st.sep
 	}
@@ -422,13 +428,56 @@ func (n *jnode) between(st jstyle) string {
 
 // remove drops the member at index i, the inverse of insert.
 func (n *jnode) remove(i int) {
+	m := n.members[i]
 	if i == 0 && len(n.members) > 1 {
-		n.members[1].lead = n.members[0].lead
+		n.members[1].lead = m.lead
+	}
+	if last := len(n.members) - 1; i == last && i > 0 {
+		// The member before becomes the last, which is written without its trail (the
+		// text between its value and the comma): a comment there stays, before the
+		// closing bracket.
+		prev := n.members[i-1]
+		n.closeWS = prev.trail + n.closeWS
+		prev.trail = ""
 	}
 	n.members = slices.Delete(n.members, i, i+1)
 	if len(n.members) == 0 {
-		n.closeWS = ""
+		n.closeWS = commentedBefore(m.lead, n.closeWS)
 	}
+}
+
+// commentedBefore is what insert found in an empty container whose member, now removed,
+// had lead: the comments it moved in front of the member (lead ends with closeWS and one
+// more indentation), or "" when there were none.
+func commentedBefore(lead, closeWS string) string {
+	k := strings.LastIndex(lead, closeWS)
+	if k < 0 || strings.Trim(lead[k+len(closeWS):], " \t") != "" || !strings.Contains(lead[:k], "/") {
+		return ""
+	}
+	// A // comment that runs to the end would take the closing bracket with it: these are
+	// comments the user wrote before the member, not ones insert moved, and go with it.
+	if j := strings.LastIndex(lead[:k], "//"); j >= 0 && !strings.Contains(lead[j:k], "\n") {
+		return ""
+	}
+	return lead[:k]
+}
+
+// withoutComments is whitespace read by jparser.ws for a new member: the line break and
+// indentation before its key when there is one, else the whitespace without its comments.
+func withoutComments(ws string) string {
+	if !strings.Contains(ws, "/") {
+		return ws
+	}
+	i := strings.LastIndexByte(ws, '\n')
+	if i < 0 {
+		return uncommented(ws)
+	}
+	nl := "\n"
+	if i > 0 && ws[i-1] == '\r' {
+		nl = "\r\n"
+	}
+	line := ws[i+1:]
+	return nl + line[:len(line)-len(strings.TrimLeft(line, " \t"))]
 }
 
 // set gives key the value v in object n (at depth): in place when the key is there, else

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,4 +109,36 @@ func TestStyleIgnoresComments(t *testing.T) {
 			require.Equal(t, tt.want, styleOf(doc.root))
 		})
 	}
+}
+
+// TestRemoveLastKeepsComment: removing the last member makes the one before it the last,
+// which is written without the text between its value and the comma: a comment there is the
+// user's and stays, before the closing bracket.
+func TestRemoveLastKeepsComment(t *testing.T) {
+	for in, want := range map[string]string{
+		"{\n  \"a\": 1 /* x */ , \"hooks\": {}\n}": "{\n  \"a\": 1 /* x */ \n}",
+		"[1 // one\n, 2]":                          "[1 // one\n]",
+		`{"a": 1, "b": 2}`:                         `{"a": 1}`,
+	} {
+		t.Run(in, func(t *testing.T) {
+			doc := parseJSON([]byte(in))
+			doc.root.remove(len(doc.root.members) - 1)
+			require.Equal(t, want, string(doc.bytes()))
+		})
+	}
+}
+
+// TestInsertCopiesNoComment: members install adds take their neighbours' line breaks and
+// indentation, never a comment in them: the user wrote it once, where it is.
+func TestInsertCopiesNoComment(t *testing.T) {
+	in := "{\n  \"hooks\": { // mine\n    /* first */ \"AfterAgent\": []\n  }\n}"
+	doc := parseJSON([]byte(in))
+	st := styleOf(doc.root)
+	hooks := doc.root.get("hooks")
+	hooks.set("BeforeTool", []any{}, 1, st, false)
+	hooks.set("AfterTool", []any{}, 1, st, false)
+	got := string(doc.bytes())
+	require.Equal(t, 1, strings.Count(got, "// mine"), "%s", got)
+	require.Equal(t, 1, strings.Count(got, "/* first */"), "%s", got)
+	require.Contains(t, got, "[],\n    \"BeforeTool\": [],\n    \"AfterTool\": []\n  }")
 }

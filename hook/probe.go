@@ -28,7 +28,8 @@ type Probe struct {
 	// Timeout bounds one check. Longer than the guardian's own bound on its database read
 	// (2s), so a stalled database is reported as the guardian's 503 rather than as silence.
 	Timeout time.Duration
-	// Interval is the pause between the end of one check and the start of the next.
+	// Interval is the time from the start of one check to the start of the next (or the
+	// end of the one before, when a check takes longer).
 	Interval time.Duration
 	// Failures is how many checks in a row must fail before the step is given up: a
 	// held step must not end (and with --on-guardian-error allow, run) because the
@@ -97,12 +98,14 @@ func sendWatched(ctx context.Context, call *Call, cfg Config) (*aos.Result, erro
 	defer next.Stop()
 	// nil while no check runs, so its case never fires.
 	var checked chan error
-	failed := 0 // checks failed in a row
+	var began time.Time // of the check under way
+	failed := 0         // checks failed in a row
 	for {
 		select {
 		case a := <-answered:
 			return a.res, a.err
 		case <-next.C:
+			began = time.Now()
 			checked = make(chan error, 1)
 			go func(out chan<- error) { out <- p.check(ctx, hc, url) }(checked)
 		case err := <-checked:
@@ -111,11 +114,11 @@ func sendWatched(ctx context.Context, call *Call, cfg Config) (*aos.Result, erro
 			// the call ends with that deadline and is answered as a timeout.
 			if err == nil || ctx.Err() != nil {
 				failed = 0
-				next.Reset(p.Interval)
+				next.Reset(max(0, p.Interval-time.Since(began)))
 				continue
 			}
 			if failed++; failed < p.Failures {
-				next.Reset(p.Interval)
+				next.Reset(max(0, p.Interval-time.Since(began)))
 				continue
 			}
 			silent := &notAnsweringError{cause: err}

@@ -127,7 +127,15 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 	if !timedOut && (unasked || cfg.OnGuardianError == "allow") {
 		out := call.Answer(Verdict{Kind: Pass})
 		out.Stderr = reason
-		if !unasked {
+		switch {
+		case tooLarge:
+			// The reason says what a deny does ("withheld", "denied"): this one goes on.
+			what := "step"
+			if call.Phase == PhaseAfterTool {
+				what = "tool output"
+			}
+			out.Stderr = fmt.Sprintf("Vigil: this %s is too large for the guardian to review (%v), so it went on unreviewed (allowed: --on-guardian-error allow). Raise the guardian's --max-body to have it reviewed.", what, rootCause(err))
+		case !unasked:
 			out.Stderr += " (allowed: --on-guardian-error allow)"
 		}
 		return out
