@@ -22,3 +22,22 @@ export function auditDiffLabel(type: string): string {
   if (type === 'hold.approved') return 'Modifications the rules applied';
   return 'Change';
 }
+
+/**
+ * The label of a hold.interrupted entry, which says why from its detail's reason (the
+ * entries a restart writes have none); undefined for any other entry.
+ */
+export function interruptedLabel(e: { type: string; detail?: unknown }): string | undefined {
+  if (e.type !== 'hold.interrupted') return undefined;
+  const reason = e.detail && typeof e.detail === 'object' ? (e.detail as { reason?: unknown }).reason : undefined;
+  switch (reason) {
+    case undefined:
+      return 'Hold interrupted by a restart';
+    case 'shutdown':
+      return 'Hold interrupted by a shutdown';
+    case 'not recorded':
+      return 'Hold end not recorded: agent denied';
+    default:
+      return 'Hold interrupted';
+  }
+}
