@@ -1,6 +1,7 @@
 package aos
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -1028,7 +1029,12 @@ func (d *decoder) toolArgumentValue(v *ToolArgumentValue) {
 			v.Name = d.str()
 			has |= 1
 		case "value":
+			d.ws()
+			start := d.pos
 			v.Value = d.anyValue()
+			if _, text := v.Value.(string); !text && d.err == nil && longNumber(d.buf[start:d.pos]) {
+				v.raw = json.RawMessage(d.buf[start:d.pos])
+			}
 			has |= 2
 		case "id":
 			v.ID = d.optStr()
@@ -1296,4 +1302,22 @@ func (d *decoder) pingParams(p *PingParams) {
 			d.skip()
 		}
 	}
+}
+
+// longNumber reports whether raw, a JSON value, has a number of 16 digits or more: shorter
+// ones a float64 holds exactly (it keeps 15 to 17 significant digits), so only these can
+// lose digits when decoded. Digits inside strings count too, which only keeps a copy's
+// worth of bytes more than needed.
+func longNumber(raw []byte) bool {
+	run := 0
+	for _, c := range raw {
+		if c >= '0' && c <= '9' {
+			if run++; run >= 16 {
+				return true
+			}
+			continue
+		}
+		run = 0
+	}
+	return false
 }

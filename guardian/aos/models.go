@@ -1,6 +1,7 @@
 package aos
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -327,6 +328,19 @@ type ToolArgumentValue struct {
 	Name  string `json:"name"`
 	ID    string `json:"id,omitempty"`
 	Value any    `json:"value"`
+	// raw is the value as the request wrote it, kept (a slice of the request, which the
+	// step holds anyway) when it has a number a float64 does not hold exactly: the step's
+	// text and a comparison of inputs must show the agent's digits, not Value's.
+	raw json.RawMessage
+}
+
+// exact is the input's value for text and comparison: its JSON as the request wrote it
+// when Value lost digits of a number, else Value.
+func (v ToolArgumentValue) exact() any {
+	if v.raw != nil {
+		return v.raw
+	}
+	return v.Value
 }
 
 // ToolCallResult is the outcome of a tool call (§4.6.1.1). Outputs may be empty, never null

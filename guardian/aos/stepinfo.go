@@ -1,6 +1,7 @@
 package aos
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -51,7 +52,7 @@ func (s *Step) joinText() string {
 		partsText(s.Message.Message.Content, add)
 	case s.ToolCall != nil:
 		for _, in := range s.ToolCall.ToolCallRequest.Inputs {
-			add(in.Name + "=" + renderValue(in.Value))
+			add(in.Name + "=" + renderValue(in.exact()))
 		}
 	case s.ToolResult != nil:
 		for _, o := range s.ToolResult.Result.Outputs {
@@ -82,7 +83,8 @@ func partsText(parts []Part, add func(string)) {
 }
 
 // renderValue writes a JSON value for text: strings as they are, anything else as compact
-// JSON (object keys sorted).
+// JSON (object keys sorted). A value given as the request's JSON (json.RawMessage) keeps
+// its numbers' digits.
 func renderValue(v any) string {
 	switch v := v.(type) {
 	case string:
@@ -93,6 +95,22 @@ func renderValue(v any) string {
 		return strconv.FormatBool(v)
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64)
+	case json.RawMessage:
+		dec := json.NewDecoder(bytes.NewReader(v))
+		dec.UseNumber()
+		var x any
+		if dec.Decode(&x) != nil {
+			return string(v)
+		}
+		if n, ok := x.(json.Number); ok {
+			return n.String()
+		}
+		// Marshalled again so that objects' keys are sorted as for any other value.
+		b, err := json.Marshal(x)
+		if err != nil {
+			return string(v)
+		}
+		return string(b)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -133,12 +151,26 @@ func (s *Step) ToolID() string {
 // Inputs maps the inputs of a tool call request by name (a repeated name keeps the last
 // value), or returns the arguments of an MCP tools/call. Nil for other steps.
 func (s *Step) Inputs() map[string]any {
+	return s.inputs(false)
+}
+
+// ExactInputs is Inputs with each value whose numbers a float64 cannot hold exactly given
+// as the request's JSON (a json.RawMessage), for comparing inputs digit for digit.
+func (s *Step) ExactInputs() map[string]any {
+	return s.inputs(true)
+}
+
+func (s *Step) inputs(exact bool) map[string]any {
 	switch {
 	case s.ToolCall != nil:
 		in := s.ToolCall.ToolCallRequest.Inputs
 		m := make(map[string]any, len(in))
 		for _, v := range in {
-			m[v.Name] = v.Value
+			if exact {
+				m[v.Name] = v.exact()
+			} else {
+				m[v.Name] = v.Value
+			}
 		}
 		return m
 	case s.MCP != nil:

@@ -93,6 +93,24 @@ func TestStepTextRendering(t *testing.T) {
 	require.Equal(t, "only line", s.Text())
 }
 
+// TestStepTextKeepsLongNumbers: a number a float64 cannot hold shows in the step's text
+// (searched, shown, compared and read by rules) with the agent's digits; rules still read
+// the decoded value.
+func TestStepTextKeepsLongNumbers(t *testing.T) {
+	s := parse(t, mutate(t, "toolCallRequest", "params.toolCallRequest.inputs", json.RawMessage(`[`+
+		`{"name":"amount","value":12345678901234567891},`+
+		`{"name":"neg","value": -98765432109876543210 },`+
+		`{"name":"nested","value":{"b":[12345678901234567891, 2],"a":"x"}},`+
+		`{"name":"small","value":1.50e+3},`+
+		`{"name":"id","value":"12345678901234567891"}]`)))
+	require.Equal(t, "amount=12345678901234567891\nneg=-98765432109876543210\nnested={\"a\":\"x\",\"b\":[12345678901234567891,2]}\nsmall=1500\nid=12345678901234567891", s.Text())
+	require.InDelta(t, 1.2345678901234567e19, s.Inputs()["amount"], 1e4, "rules read the number")
+	exact, err := json.Marshal(s.ExactInputs())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"amount":12345678901234567891,"neg":-98765432109876543210,"nested":{"a":"x","b":[12345678901234567891,2]},"small":1500,"id":"12345678901234567891"}`, string(exact))
+	require.Contains(t, string(exact), "12345678901234567891,")
+}
+
 func TestSessionHintSources(t *testing.T) {
 	tests := []struct {
 		name string

@@ -291,7 +291,7 @@ func inputs(rec record.StepRecord) (json.RawMessage, bool) {
 	if perr != nil {
 		return nil, false
 	}
-	in := step.Inputs()
+	in := step.ExactInputs()
 	if in == nil {
 		return json.RawMessage("null"), true
 	}

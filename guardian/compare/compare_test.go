@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -131,4 +132,19 @@ func TestAlignLongSessionsBounded(t *testing.T) {
 			lb = r.B.Seq
 		}
 	}
+}
+
+// TestInputsDiffKeepsLongNumbers: two inputs that differ only past a float64's precision
+// differ, and the patch carries the agent's digits.
+func TestInputsDiffKeepsLongNumbers(t *testing.T) {
+	rec := func(amount string) record.StepRecord {
+		req := strings.Replace(string(toolCall("s", "t1", "s1", "pay", "x")), `{"name":"to","value":"x"}`, `{"name":"amount","value":`+amount+`}`, 1)
+		return record.StepRecord{Request: json.RawMessage(req)}
+	}
+	ops := inputsDiff(rec("12345678901234567891"), rec("12345678901234567892"))
+	require.Len(t, ops, 1)
+	require.Equal(t, "/amount", ops[0].Path)
+	require.Equal(t, "12345678901234567892", string(ops[0].Value))
+	require.Equal(t, "12345678901234567891", string(ops[0].Old))
+	require.Nil(t, inputsDiff(rec("12345678901234567891"), rec("12345678901234567891")))
 }
