@@ -1,6 +1,8 @@
 package aos
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strconv"
 )
@@ -349,13 +351,63 @@ func (w *a2aWalker) parts(v any, at gpath) {
 	}
 }
 
+// exactArguments is Arguments with the numbers as the message wrote them (json.Number) when
+// it has one of 16 digits or more, which a float64 may not hold: for the step's text and a
+// comparison of inputs, never for rules, which read Arguments.
+func (p *MCPParams) exactArguments() map[string]any {
+	if p.Arguments == nil || !longNumber(p.Message) {
+		return p.Arguments
+	}
+	var msg struct {
+		Params struct {
+			Arguments map[string]any `json:"arguments"`
+		} `json:"params"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(p.Message))
+	dec.UseNumber()
+	if dec.Decode(&msg) != nil || msg.Params.Arguments == nil {
+		return p.Arguments
+	}
+	// Only the arguments with such a number change, so that the others read as before.
+	out := make(map[string]any, len(p.Arguments))
+	for k, v := range p.Arguments {
+		if x, ok := msg.Params.Arguments[k]; ok && hasLongNumber(x) {
+			v = x
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// hasLongNumber reports whether v, decoded with UseNumber, holds a json.Number of 16 digits
+// or more.
+func hasLongNumber(v any) bool {
+	switch v := v.(type) {
+	case json.Number:
+		return longNumber([]byte(v))
+	case map[string]any:
+		for _, x := range v {
+			if hasLongNumber(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if hasLongNumber(x) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // mcpText collects the readable text of an MCP message: tool arguments, prompt arguments,
 // resource URIs, sampling messages and the text content of results and errors.
 func mcpText(p *MCPParams, add func(string)) {
 	if p.ToolName != "" {
 		add(p.ToolName)
 	}
-	addArgs(p.Arguments, add)
+	addArgs(p.exactArguments(), add)
 	if p.Params != nil && p.Method != "tools/call" {
 		if args, ok := p.Params["arguments"].(map[string]any); ok {
 			addArgs(args, add)

@@ -95,6 +95,8 @@ func renderValue(v any) string {
 		return strconv.FormatBool(v)
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64)
+	case json.Number:
+		return v.String()
 	case json.RawMessage:
 		dec := json.NewDecoder(bytes.NewReader(v))
 		dec.UseNumber()
@@ -173,6 +175,8 @@ func (s *Step) inputs(exact bool) map[string]any {
 			}
 		}
 		return m
+	case s.MCP != nil && exact:
+		return s.MCP.exactArguments()
 	case s.MCP != nil:
 		return s.MCP.Arguments
 	}

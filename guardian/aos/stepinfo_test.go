@@ -139,6 +139,9 @@ func TestMCPText(t *testing.T) {
 		isError bool
 	}{
 		{"prompt arguments", `{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p","arguments":{"b":"2","a":"1"}}}`, "a=1\nb=2", false},
+		// The agent's digits, not the nearest float64.
+		{"long numbers in tool arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"amount":12345678901234567891,"n":{"x":[98765432109876543210]},"small":1.50e+3}}}`,
+			"pay\namount=12345678901234567891\nn={\"x\":[98765432109876543210]}\nsmall=1500", false},
 		{"resource read", `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///etc/passwd"}}`, "file:///etc/passwd", false},
 		{"sampling", `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"summarise"}}]}}`, "summarise", false},
 		{"resource contents", `{"jsonrpc":"2.0","id":1,"result":{"contents":[{"uri":"file:///a","text":"file body"}]}}`, "file body", false},
