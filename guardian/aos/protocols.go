@@ -372,7 +372,7 @@ func (p *MCPParams) exactArguments() map[string]any {
 	out := make(map[string]any, len(p.Arguments))
 	for k, v := range p.Arguments {
 		if x, ok := msg.Params.Arguments[k]; ok && hasLongNumber(x) {
-			v = x
+			v = shortNumbersAsFloat(x)
 		}
 		out[k] = v
 	}

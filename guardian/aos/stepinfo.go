@@ -104,6 +104,7 @@ func renderValue(v any) string {
 		if dec.Decode(&x) != nil {
 			return string(v)
 		}
+		x = shortNumbersAsFloat(x)
 		if n, ok := x.(json.Number); ok {
 			return n.String()
 		}
@@ -119,6 +120,28 @@ func renderValue(v any) string {
 		return ""
 	}
 	return string(b)
+}
+
+// shortNumbersAsFloat replaces in v, decoded with UseNumber, each number of fewer than 16
+// digits by its float64: only the long ones keep the agent's spelling, so that a value with
+// one (or with a long digit string, which longNumber counts too) reads as it would without:
+// 10.50 as 10.5, 1E2 as 100.
+func shortNumbersAsFloat(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if f, err := x.Float64(); err == nil && !longNumber([]byte(x)) {
+			return f
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = shortNumbersAsFloat(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = shortNumbersAsFloat(e)
+		}
+	}
+	return v
 }
 
 // SessionHint names the session the step belongs to, as far as the request says:

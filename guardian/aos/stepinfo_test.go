@@ -111,6 +111,17 @@ func TestStepTextKeepsLongNumbers(t *testing.T) {
 	require.Contains(t, string(exact), "12345678901234567891,")
 }
 
+// TestStepTextShortNumbersUnchanged: next to a long number, or in a value with a long digit
+// string (a card number), the other numbers read as they do in any other value.
+func TestStepTextShortNumbersUnchanged(t *testing.T) {
+	s := parse(t, mutate(t, "toolCallRequest", "params.toolCallRequest.inputs", json.RawMessage(`[`+
+		`{"name":"card","value":{"num":"4111111111111111","amount":10.50,"e":1E2}},`+
+		`{"name":"o","value":{"big":12345678901234567891,"f":[1.0,2.50e1]}}]`)))
+	require.Equal(t, "card={\"amount\":10.5,\"e\":100,\"num\":\"4111111111111111\"}\no={\"big\":12345678901234567891,\"f\":[1,25]}", s.Text())
+	m := parse(t, []byte(`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"o":{"big":12345678901234567891,"f":1.0}}}}}}`))
+	require.Equal(t, "pay\no={\"big\":12345678901234567891,\"f\":1}", m.Text())
+}
+
 func TestSessionHintSources(t *testing.T) {
 	tests := []struct {
 		name string

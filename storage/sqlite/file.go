@@ -101,7 +101,9 @@ func ResolvePath(p string) (string, error) {
 }
 
 // tightenModes makes the database file and its companions private to the owner. New files
-// are created that way; this also fixes files an older version created 0644.
+// are created that way; this also fixes files an older version created 0644. It only takes
+// bits away: a file the operator made read-only (0444) stays so (0400), and serve refuses
+// it, rather than being made writable again.
 func tightenModes(abs string) error {
 	for _, p := range []string{abs, abs + "-wal", abs + "-shm"} {
 		st, err := os.Stat(p)
@@ -112,7 +114,7 @@ func tightenModes(abs string) error {
 			return fmt.Errorf("storage: %w", err)
 		}
 		if st.Mode().Perm()&^dbFileMode != 0 {
-			if err := os.Chmod(p, dbFileMode); err != nil {
+			if err := os.Chmod(p, st.Mode().Perm()&dbFileMode); err != nil {
 				return fmt.Errorf("storage: make %s private: %w", p, err)
 			}
 		}

@@ -45,6 +45,19 @@ func TestDatabaseFilesArePrivate(t *testing.T) {
 	}
 }
 
+// TestTightenModesNeverAddsWrite: a database file made read-only for everyone loses the
+// group's and others' bits but does not get the owner's write bit back, so a guardian
+// refuses it as docs/replicas.md says instead of quietly writing to it.
+func TestTightenModesNeverAddsWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	require.NoError(t, os.Chmod(path, 0o444))
+	require.NoError(t, tightenModes(path))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o400), st.Mode().Perm())
+}
+
 func TestOpenRefusesAMissingDatabaseItsJournalRemembers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vigil.db")
 	db, err := Open(context.Background(), path, Options{})
