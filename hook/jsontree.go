@@ -252,12 +252,8 @@ func styleOf(root *jnode) jstyle {
 	// A comment in the whitespace copied for new members would be written again with
 	// each: only its whitespace is.
 	st.colon = uncommented(first.colon)
-	if i := strings.LastIndexByte(first.lead, '\n'); i >= 0 {
-		line := first.lead[i+1:]
-		st.nl, st.indent = "\n", line[:len(line)-len(strings.TrimLeft(line, " \t"))]
-		if strings.HasSuffix(first.lead[:i], "\r") {
-			st.nl = "\r\n"
-		}
+	if nl, indent, ok := lineBreak(first.lead); ok {
+		st.nl, st.indent = nl, indent
 		return st
 	}
 	st.nl, st.indent = "", ""
@@ -468,16 +464,26 @@ func withoutComments(ws string) string {
 	if !strings.Contains(ws, "/") {
 		return ws
 	}
+	if nl, indent, ok := lineBreak(ws); ok {
+		return nl + indent
+	}
+	return uncommented(ws)
+}
+
+// lineBreak is the last line break in whitespace ws ("\n" or "\r\n") and the indentation
+// after it (its spaces and tabs, not a comment that follows them); ok is false when ws
+// breaks no line.
+func lineBreak(ws string) (nl, indent string, ok bool) {
 	i := strings.LastIndexByte(ws, '\n')
 	if i < 0 {
-		return uncommented(ws)
+		return "", "", false
 	}
-	nl := "\n"
+	nl = "\n"
 	if i > 0 && ws[i-1] == '\r' {
 		nl = "\r\n"
 	}
 	line := ws[i+1:]
-	return nl + line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+	return nl, line[:len(line)-len(strings.TrimLeft(line, " \t"))], true
 }
 
 // set gives key the value v in object n (at depth): in place when the key is there, else
