@@ -334,11 +334,13 @@ type ToolArgumentValue struct {
 	raw json.RawMessage
 }
 
-// exact is the input's value for text and comparison: its JSON as the request wrote it
-// when Value lost digits of a number, else Value.
+// exact is the input's value for text and comparison: Value, with its long numbers as the
+// request wrote them (exactJSON) when it has any.
 func (v ToolArgumentValue) exact() any {
 	if v.raw != nil {
-		return v.raw
+		if x, ok := exactJSON(v.raw); ok {
+			return x
+		}
 	}
 	return v.Value
 }

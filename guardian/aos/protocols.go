@@ -1,7 +1,6 @@
 package aos
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -358,21 +357,18 @@ func (p *MCPParams) exactArguments() map[string]any {
 	if p.Arguments == nil || !longNumber(p.Message) {
 		return p.Arguments
 	}
-	var msg struct {
-		Params struct {
-			Arguments map[string]any `json:"arguments"`
-		} `json:"params"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(p.Message))
-	dec.UseNumber()
-	if dec.Decode(&msg) != nil || msg.Params.Arguments == nil {
+	x, ok := exactJSON(p.Message)
+	msg, _ := x.(map[string]any)
+	params, _ := msg["params"].(map[string]any)
+	args, _ := params["arguments"].(map[string]any)
+	if !ok || args == nil {
 		return p.Arguments
 	}
 	// Only the arguments with such a number change, so that the others read as before.
 	out := make(map[string]any, len(p.Arguments))
 	for k, v := range p.Arguments {
-		if x, ok := msg.Params.Arguments[k]; ok && hasLongNumber(x) {
-			v = shortNumbersAsFloat(x)
+		if x, ok := args[k]; ok && hasLongNumber(x) {
+			v = x
 		}
 		out[k] = v
 	}

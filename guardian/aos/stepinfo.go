@@ -83,8 +83,7 @@ func partsText(parts []Part, add func(string)) {
 }
 
 // renderValue writes a JSON value for text: strings as they are, anything else as compact
-// JSON (object keys sorted). A value given as the request's JSON (json.RawMessage) keeps
-// its numbers' digits.
+// JSON (object keys sorted); a json.Number (exactJSON's long numbers) with its digits.
 func renderValue(v any) string {
 	switch v := v.(type) {
 	case string:
@@ -97,23 +96,6 @@ func renderValue(v any) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	case json.Number:
 		return v.String()
-	case json.RawMessage:
-		dec := json.NewDecoder(bytes.NewReader(v))
-		dec.UseNumber()
-		var x any
-		if dec.Decode(&x) != nil {
-			return string(v)
-		}
-		x = shortNumbersAsFloat(x)
-		if n, ok := x.(json.Number); ok {
-			return n.String()
-		}
-		// Marshalled again so that objects' keys are sorted as for any other value.
-		b, err := json.Marshal(x)
-		if err != nil {
-			return string(v)
-		}
-		return string(b)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -122,10 +104,22 @@ func renderValue(v any) string {
 	return string(b)
 }
 
+// exactJSON decodes raw as encoding/json would into an interface, except that its numbers
+// of 16 digits or more, which a float64 may not hold, are json.Number with the request's
+// digits. The shorter ones are float64 as always, so that a value with a long number (or
+// with a long digit string, which longNumber counts too) reads as it would without: 10.50
+// as 10.5, 1E2 as 100. ok is false when raw does not decode.
+func exactJSON(raw []byte) (v any, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	return shortNumbersAsFloat(v), true
+}
+
 // shortNumbersAsFloat replaces in v, decoded with UseNumber, each number of fewer than 16
-// digits by its float64: only the long ones keep the agent's spelling, so that a value with
-// one (or with a long digit string, which longNumber counts too) reads as it would without:
-// 10.50 as 10.5, 1E2 as 100.
+// digits by its float64.
 func shortNumbersAsFloat(v any) any {
 	switch x := v.(type) {
 	case json.Number:
@@ -179,8 +173,8 @@ func (s *Step) Inputs() map[string]any {
 	return s.inputs(false)
 }
 
-// ExactInputs is Inputs with each value whose numbers a float64 cannot hold exactly given
-// as the request's JSON (a json.RawMessage), for comparing inputs digit for digit.
+// ExactInputs is Inputs with the numbers a float64 may not hold exactly given with the
+// request's digits (json.Number, see exactJSON), for comparing inputs digit for digit.
 func (s *Step) ExactInputs() map[string]any {
 	return s.inputs(true)
 }
