@@ -24,11 +24,17 @@ func processCPU(tb testing.TB) time.Duration {
 }
 
 // BenchmarkStepCPU is the CPU a stored step costs in all: 32 callers save 200,000 steps
-// like the load benchmark's over 2,000 sessions, then the journal is copied into SQLite
+// like the load benchmark's over 2,000 or 20,000 sessions, then the journal is copied into SQLite
 // (Flush) and the search index catches up in batches sized as the indexer sizes them. Wall
 // time per op says little here (the writer batches); the metrics are the process's CPU per
 // step for storing and for indexing, what the guardian pays under load.
 func BenchmarkStepCPU(b *testing.B) {
+	for _, sessions := range []int{100, 2000, 20000} {
+		b.Run(fmt.Sprint("sessions=", sessions), func(b *testing.B) { benchStepCPU(b, sessions) })
+	}
+}
+
+func benchStepCPU(b *testing.B, sessions int) {
 	db := openTest(b)
 	ctx := context.Background()
 	const steps, callers = 200000, 32
@@ -42,7 +48,7 @@ func BenchmarkStepCPU(b *testing.B) {
 					st := benchStep(i)
 					// As the load benchmark's steps: its session ids, text and, on every
 					// other step, a monitor rule's match.
-					st.SessionID = fmt.Sprint("load-1795502017916541810-", i%2000, "-", i/100000)
+					st.SessionID = fmt.Sprint("load-1795502017916541810-", i%int64(sessions), "-", i/100000)
 					st.Text = "query=outstanding invoices for customer 8812 in October\nto=dana@corp.example\namount=" + fmt.Sprint(i%2000)
 					if i%2 == 0 {
 						st.MatchedRules = nil
