@@ -131,6 +131,23 @@ type Rows interface {
 	Err() error
 }
 
+// Collect appends to dst each of rows as scan reads it, and returns dst with rows.Err: the
+// loop of every list both backends read with one of the Scan functions. The caller closes
+// rows.
+func Collect[T any](rows Rows, dst []T, scan func(Scanner) (T, error)) ([]T, error) {
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
 // ScanSearchPage reads a step search's rows, newest first, into a page of at most limit
 // hits with their snippets around terms; the query asks for limit+1 rows, the last of which
 // only says there is a next page. The columns are seq, session id, turn id, step id,

@@ -312,21 +312,14 @@ func (db *DB) ListHolds(ctx context.Context, status string, limit int) (_ []reco
 		return nil, fmt.Errorf("storage: list holds: %w", err)
 	}
 	defer rows.Close()
-	holds := make([]record.Hold, 0, min(limit, 64))
-	for rows.Next() {
-		h, err := scanHold(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list holds: %w", err)
-		}
-		holds = append(holds, h)
-	}
-	if err := rows.Err(); err != nil {
+	holds, err := storage.Collect(rows, make([]record.Hold, 0, min(limit, 64)), scanHold)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list holds: %w", err)
 	}
 	return holds, nil
 }
 
-func scanHold(row pgx.Row) (record.Hold, error) {
+func scanHold(row storage.Scanner) (record.Hold, error) {
 	var (
 		h                              record.Hold
 		request, params                *string
@@ -508,7 +501,7 @@ func (db *DB) AppendAudit(ctx context.Context, e *record.AuditEntry) (_ record.E
 const auditColumns = `id, seq, at, type, operator, session_id, hold_id, rule_id, decision,
 	note, diff, detail`
 
-func scanAudit(row pgx.Row) (record.AuditEntry, error) {
+func scanAudit(row storage.Scanner) (record.AuditEntry, error) {
 	var (
 		e            record.AuditEntry
 		at           int64
@@ -572,15 +565,8 @@ func (db *DB) ListAudit(ctx context.Context, q record.AuditQuery) (_ []record.Au
 		return nil, fmt.Errorf("storage: list audit: %w", err)
 	}
 	defer rows.Close()
-	entries := make([]record.AuditEntry, 0, min(limit, 64))
-	for rows.Next() {
-		e, err := scanAudit(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list audit: %w", err)
-		}
-		entries = append(entries, e)
-	}
-	if err := rows.Err(); err != nil {
+	entries, err := storage.Collect(rows, make([]record.AuditEntry, 0, min(limit, 64)), scanAudit)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list audit: %w", err)
 	}
 	return entries, nil

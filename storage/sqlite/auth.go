@@ -92,15 +92,8 @@ func (db *DB) APIKeys(ctx context.Context) ([]record.APIKey, error) {
 		return nil, fmt.Errorf("storage: list api keys: %w", err)
 	}
 	defer rows.Close()
-	var keys []record.APIKey
-	for rows.Next() {
-		k, err := storage.ScanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list api keys: %w", err)
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
+	keys, err := storage.Collect(rows, nil, storage.ScanAPIKey)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list api keys: %w", err)
 	}
 	return keys, nil
@@ -268,15 +261,8 @@ func (db *DB) Users(ctx context.Context) ([]record.User, error) {
 		return nil, fmt.Errorf("storage: list users: %w", err)
 	}
 	defer rows.Close()
-	var users []record.User
-	for rows.Next() {
-		u, err := storage.ScanUser(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list users: %w", err)
-		}
-		users = append(users, u)
-	}
-	if err := rows.Err(); err != nil {
+	users, err := storage.Collect(rows, nil, storage.ScanUser)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list users: %w", err)
 	}
 	return users, nil

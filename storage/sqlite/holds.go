@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 
 	"cmp"
 	"context"
@@ -336,21 +337,14 @@ func (db *DB) ListHolds(ctx context.Context, status string, limit int) ([]record
 		return nil, fmt.Errorf("storage: list holds: %w", err)
 	}
 	defer rows.Close()
-	holds := make([]record.Hold, 0, min(limit, 64))
-	for rows.Next() {
-		h, err := scanHold(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list holds: %w", err)
-		}
-		holds = append(holds, h)
-	}
-	if err := rows.Err(); err != nil {
+	holds, err := storage.Collect(rows, make([]record.Hold, 0, min(limit, 64)), scanHold)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list holds: %w", err)
 	}
 	return holds, nil
 }
 
-type holdScanner interface{ Scan(dest ...any) error }
+type holdScanner = storage.Scanner
 
 func scanHold(sc holdScanner) (record.Hold, error) {
 	var (

@@ -24,15 +24,8 @@ func (db *DB) ListRules(ctx context.Context) ([]rules.Rule, error) {
 		return nil, fmt.Errorf("storage: list rules: %w", err)
 	}
 	defer rows.Close()
-	out := []rules.Rule{}
-	for rows.Next() {
-		r, err := storage.ScanRule(rows)
-		if err != nil {
-			return nil, fmt.Errorf("storage: list rules: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storage.Collect(rows, []rules.Rule{}, storage.ScanRule)
+	if err != nil {
 		return nil, fmt.Errorf("storage: list rules: %w", err)
 	}
 	return out, nil
@@ -60,15 +53,8 @@ func (db *DB) RuleVersions(ctx context.Context, id string) ([]record.RuleVersion
 		return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
 	}
 	defer rows.Close()
-	var out []record.RuleVersion
-	for rows.Next() {
-		v, err := storage.ScanRuleVersion(rows, id)
-		if err != nil {
-			return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storage.Collect(rows, nil, func(sc storage.Scanner) (record.RuleVersion, error) { return storage.ScanRuleVersion(sc, id) })
+	if err != nil {
 		return nil, fmt.Errorf("storage: versions of rule %q: %w", id, err)
 	}
 	if len(out) == 0 {

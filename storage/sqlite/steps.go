@@ -364,7 +364,7 @@ func collectSteps(rows *sql.Rows, capacity, maxBytes int) ([]record.StepRecord, 
 	return steps, nil
 }
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = storage.Scanner
 
 // scanStep reads one row of stepColumns. It is the only way a step is read back, so every
 // query (and EventsAfter's payloads) yields the same record for the same seq.
