@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -167,11 +168,16 @@ func (l *approvalLedger) setAll(keys []approvalKey, state approvalState) {
 // approvalData is what the gateway reads of an mcp_approval_response's data: the request
 // it answers. Whether it approves does not matter to the gateway: only an answer to a
 // request Vigil let through to this client goes up, whatever it says.
+//
+// Its reason, though, is text the client writes and the agent reads (the runtime hands it
+// to the model with the answer), so it is judged as the client's messages are; see
+// answerReasons.
 type approvalData struct {
 	ApprovalRequestID *string `json:"approval_request_id"`
+	Reason            *string `json:"reason"`
 }
 
-var approvalDataMembers = []string{"approval_request_id"}
+var approvalDataMembers = []string{"approval_request_id", "reason"}
 
 func (*approvalData) members() []string { return approvalDataMembers }
 
@@ -203,6 +209,51 @@ func answeredIDs(m *message) ([]string, error) {
 		ids[j] = *d.ApprovalRequestID
 	}
 	return ids, nil
+}
+
+// answerReasons returns the reason each content part of an mcp_approval_response gives
+// with its answer, nil where a part gives none or an empty one, and whether any does. The
+// message was read by answeredIDs when the turn was admitted, so its parts decode.
+func answerReasons(m *message) (reasons []*string, some bool, err error) {
+	parts, err := readParts(m)
+	if err != nil {
+		return nil, false, err
+	}
+	reasons = make([]*string, len(parts))
+	for j, c := range parts {
+		var d approvalData
+		if err := decodeExact(c.Data, &d); err != nil {
+			return nil, false, under(fmt.Sprintf("content[%d].data", j), err)
+		}
+		if d.Reason != nil && *d.Reason != "" {
+			reasons[j], some = d.Reason, true
+		}
+	}
+	return reasons, some, nil
+}
+
+// withReasons returns the mcp_approval_response raw with the reason of each part j for
+// which reasons[j] is set replaced by it.
+func withReasons(raw []byte, m *message, reasons []*string) ([]byte, error) {
+	parts := append([]json.RawMessage(nil), m.Content...)
+	for j, r := range reasons {
+		if r == nil || j >= len(parts) {
+			continue
+		}
+		var c map[string]json.RawMessage
+		if err := json.Unmarshal(parts[j], &c); err != nil {
+			return nil, err
+		}
+		v, _ := json.Marshal(*r)
+		data, err := setKey(c["data"], "reason", v)
+		if err != nil {
+			return nil, err
+		}
+		if parts[j], err = setKey(parts[j], "data", data); err != nil {
+			return nil, err
+		}
+	}
+	return setContent(raw, parts)
 }
 
 // admitAnswers checks, before anything of the turn is stored or sent, that each

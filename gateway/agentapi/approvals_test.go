@@ -374,3 +374,108 @@ func TestQuoteID(t *testing.T) {
 	long := quoteID(strings.Repeat("é", 100))
 	require.Equal(t, `"`+strings.Repeat("é", 32)+`"…`, long)
 }
+
+// reasonRules deny and redact user messages; nothing holds the approval request itself.
+const reasonRules = `
+rules:
+  - id: no-launch-codes
+    when: method == "steps/message" && role == "user" && text contains "launch codes"
+    action: deny
+    message: Launch codes are not discussed here.
+  - id: redact-card
+    when: method == "steps/message" && text matches "4111"
+    action: modify
+    modify: {redact: ["creditCard"]}
+`
+
+// The reason a client gives with its answer reaches the agent (the runtime hands it to the
+// model), so it is judged as the client's own messages are: a reason a rule denies refuses
+// the request as a denied message does (nothing goes up, the answer is not spent), a
+// redacted one goes up redacted, and an answer without a reason is not a message.
+func TestApprovalAnswerReasonIsJudged(t *testing.T) {
+	setReason := func(reason any) func(req map[string]any) {
+		return func(req map[string]any) {
+			d := approvalItem(req, 0)["content"].([]any)[0].(map[string]any)["data"].(map[string]any)
+			if reason == nil {
+				delete(d, "reason")
+				return
+			}
+			d["reason"] = reason
+		}
+	}
+	upReason := func(t *testing.T, s *stack) (any, bool) {
+		got := s.agent.requests()
+		var up map[string]any
+		require.NoError(t, json.Unmarshal(got[len(got)-1], &up))
+		d := approvalItem(up, 0)["content"].([]any)[0].(map[string]any)["data"].(map[string]any)
+		r, ok := d["reason"]
+		return r, ok
+	}
+	reasonSteps := func(s *stack) []string {
+		var out []string
+		for _, r := range s.steps() {
+			if r.Method == "steps/message" && strings.Contains(string(r.Request), `"role":"user"`) && !strings.Contains(r.Text, "approve deleting") {
+				out = append(out, r.Text)
+			}
+		}
+		return out
+	}
+	for _, stream := range []bool{true, false} {
+		t.Run(map[bool]string{true: "streamed", false: "not streamed"}[stream], func(t *testing.T) {
+			t.Run("a plain reason goes up as it is, judged", func(t *testing.T) {
+				s := newStack(t, reasonRules, Config{Approvals: ApprovalsClient})
+				status, _ := s.send(askRequest("sess-1", stream))
+				require.Equal(t, http.StatusOK, status)
+				status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", false, stream, nil))
+				s.requireRelayed(status, f, 2, false)
+				r, _ := upReason(t, s)
+				require.Equal(t, "not allowed", r)
+				require.Equal(t, []string{"not allowed"}, reasonSteps(s))
+			})
+			t.Run("a denied reason refuses the request, and the answer is not spent", func(t *testing.T) {
+				s := newStack(t, reasonRules, Config{Approvals: ApprovalsClient})
+				status, _ := s.send(askRequest("sess-1", stream))
+				require.Equal(t, http.StatusOK, status)
+				status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", false, stream, setReason("first tell me the launch codes")))
+				require.Equal(t, http.StatusOK, status)
+				require.Equal(t, statusRejected, f["status"])
+				require.Contains(t, texts(f["output"]), "Launch codes are not discussed here.")
+				require.Len(t, s.agent.requests(), 1, "nothing sent up")
+				status, f = s.send(approvalAnswer(t, "sess-1", "apr_1", false, stream, nil))
+				s.requireRelayed(status, f, 2, false)
+			})
+			t.Run("a redacted reason goes up redacted", func(t *testing.T) {
+				s := newStack(t, reasonRules, Config{Approvals: ApprovalsClient})
+				status, _ := s.send(askRequest("sess-1", stream))
+				require.Equal(t, http.StatusOK, status)
+				status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", false, stream, setReason("charge 4111 1111 1111 1111 instead")))
+				require.Equal(t, http.StatusOK, status, f)
+				require.Equal(t, "completed", f["status"])
+				require.Len(t, s.agent.requests(), 2)
+				r, _ := upReason(t, s)
+				require.IsType(t, "", r)
+				require.NotContains(t, r, "4111 1111 1111 1111")
+				require.Contains(t, r, "charge ")
+				require.NotContains(t, strings.Join(texts(f["output"]), " "), "4111 1111 1111 1111")
+			})
+			t.Run("an answer without a reason is no message", func(t *testing.T) {
+				s := newStack(t, reasonRules, Config{Approvals: ApprovalsClient})
+				status, _ := s.send(askRequest("sess-1", stream))
+				require.Equal(t, http.StatusOK, status)
+				status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", true, stream, setReason(nil)))
+				s.requireRelayed(status, f, 2, true)
+				_, ok := upReason(t, s)
+				require.False(t, ok)
+				require.Empty(t, reasonSteps(s))
+			})
+			t.Run("a reason that is not a string is refused", func(t *testing.T) {
+				s := newStack(t, reasonRules, Config{Approvals: ApprovalsClient})
+				status, _ := s.send(askRequest("sess-1", stream))
+				require.Equal(t, http.StatusOK, status)
+				steps := s.stored()
+				status, f := s.send(approvalAnswer(t, "sess-1", "apr_1", true, stream, setReason(map[string]any{"text": "launch codes"})))
+				s.requireRefused(status, f, "invalid request: input[0].content[0].data.reason: want a string", 1, steps)
+			})
+		})
+	}
+}

@@ -84,6 +84,25 @@ func (s *stepper) messageStep(m *message, role string) (*aos.Step, error) {
 	return s.build("steps/message", map[string]any{"message": map[string]any{"id": id, "role": role, "content": parts}})
 }
 
+// answerStep is the steps/message (role user) of the reasons a client's
+// mcp_approval_response gives: one text part for each content part, empty where it gives
+// none, so that a modification maps back to its part by index.
+func (s *stepper) answerStep(m *message, reasons []*string) (*aos.Step, error) {
+	parts := make([]any, len(reasons))
+	for j, r := range reasons {
+		text := ""
+		if r != nil {
+			text = *r
+		}
+		parts[j] = map[string]any{"kind": "text", "text": text}
+	}
+	id := m.ID
+	if id == "" {
+		id = "msg-" + strconv.Itoa(s.n+1)
+	}
+	return s.build("steps/message", map[string]any{"message": map[string]any{"id": id, "role": "user", "content": parts}})
+}
+
 // callOf returns the call data of a tool call or tool output message (the data of its
 // first part that has some) and that part's index, -1 when none has. Parts and data are
 // read exactly, as the runtime reads them: the call judged is the call the peer runs.

@@ -307,13 +307,24 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 	for i := range t.req.items {
 		m := &t.req.items[i]
 		var (
-			step *aos.Step
-			err  error
-			idx  = -1
+			step    *aos.Step
+			err     error
+			idx     = -1
+			reasons []*string
 		)
 		switch {
 		case m.Type == typeMessage && m.Role == "user":
 			step, err = t.st.messageStep(m, "user")
+		case m.Type == typeMCPApprovalResponse:
+			// Only the reason is the client's text: the answer itself was admitted (or
+			// refused) by admitAnswers.
+			var some bool
+			if reasons, some, err = answerReasons(m); err == nil {
+				if !some {
+					continue
+				}
+				step, err = t.st.answerStep(m, reasons)
+			}
 		case m.Type == typeFunctionCallOutput:
 			var d callData
 			if d, idx, err = callOf(m); err == nil {
@@ -336,12 +347,23 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 		}
 		var nb []byte
 		switch {
-		case v.Decision == string(aos.Deny) && m.Type == typeMessage:
+		case v.Decision == string(aos.Deny) && (m.Type == typeMessage || reasons != nil):
 			t.reject(v)
 			return nil, true, true
 		case v.Decision == string(aos.Deny):
 			if idx >= 0 {
 				nb, err = rewriteCall(input[i], m, idx, "output", notice(v))
+			}
+		case v.Decision == string(aos.Modify) && reasons != nil:
+			var texts []*string
+			if texts, err = modifiedTexts(v.ModifiedParams); err == nil {
+				changed := make([]*string, len(reasons))
+				for j := range reasons {
+					if reasons[j] != nil && j < len(texts) && texts[j] != nil && *texts[j] != *reasons[j] {
+						changed[j] = texts[j]
+					}
+				}
+				nb, err = withReasons(input[i], m, changed)
 			}
 		case v.Decision == string(aos.Modify) && m.Type == typeMessage:
 			var texts []*string
