@@ -13,5 +13,5 @@ import (
 func runUsers(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return authCLI(stdout, stderr, readsOnly(args)).Users(ctx, args)
+	return authCLI(stdout, stderr).Users(ctx, args)
 }

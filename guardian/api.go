@@ -217,7 +217,7 @@ func (g *Guardian) handleInfo(w http.ResponseWriter, r *http.Request) {
 }
 
 // HealthPath is the health check of load balancers and orchestrators (GET or HEAD). It
-// needs no credentials (team mode's middleware lets it through: auth.HealthPath) and so
+// needs no credentials (team mode's middleware, guardian/auth, lets it through) and so
 // tells nothing but whether this process can serve: no version, address or database name,
 // which GET /api/info gives signed-in operators.
 const HealthPath = "/api/health"

@@ -100,7 +100,6 @@ func healthGet(t *testing.T, srv *httptest.Server, method, path string) healthAn
 // A balancer's health check needs no credentials where every other console route does,
 // carries the security headers, and says nothing of the version, addresses or database.
 func TestHealthCheckNeedsNoCredentials(t *testing.T) {
-	require.Equal(t, guardian.HealthPath, auth.HealthPath, "the path served is the path let through")
 	srv, _ := healthServer(t, nil)
 	for _, tc := range []struct {
 		method, path string

@@ -10,12 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 )
-
-// healthPath is the guardian's unauthenticated health check (guardian.HealthPath): it
-// answers 200 when the guardian can serve and 503 when its database does not answer.
-const healthPath = "/api/health"
 
 // Probe is how the hook tells a hung guardian from a held step while a step is unanswered.
 // A held step keeps the AOS call open for as long as the operator takes, so a slow answer
@@ -93,7 +90,7 @@ func sendWatched(ctx context.Context, call *Call, cfg Config) (*aos.Result, erro
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	url := strings.TrimRight(cfg.Guardian, "/") + healthPath
+	url := strings.TrimRight(cfg.Guardian, "/") + guardian.HealthPath
 	next := time.NewTimer(p.Grace)
 	defer next.Stop()
 	// nil while no check runs, so its case never fires.

@@ -69,10 +69,6 @@ func assertNoError(t *testing.T, err error) bool {
 	return true
 }
 
-func TestHealthPathIsTheGuardians(t *testing.T) {
-	require.Equal(t, guardian.HealthPath, healthPath)
-}
-
 // TestHungGuardian: a guardian that takes the step and never answers is given up as soon
 // as its health check fails, long before the hook's timeout, and answered as a guardian
 // error: denied, or allowed with --on-guardian-error allow; a tool output passes, as with

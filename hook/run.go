@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 )
 
@@ -112,7 +113,7 @@ func guardianError(call *Call, cfg Config, err error, timedOut bool) Output {
 		// The key is fine and the guardian is up: only the size is wrong.
 		reason = fmt.Sprintf("Vigil: this step is too large for the guardian to review (%v), so it is denied. Split the work into smaller steps, or raise the guardian's --max-body.", rootCause(err))
 	case errors.As(err, &silent):
-		reason = fmt.Sprintf("Vigil guardian at %s took the step but is not answering: its health check (GET %s) %v. Check its log or restart it (`vigil` or `vigil serve`), or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, healthPath, silent.cause)
+		reason = fmt.Sprintf("Vigil guardian at %s took the step but is not answering: its health check (GET %s) %v. Check its log or restart it (`vigil` or `vigil serve`), or pass --on-guardian-error allow to let the agent run unguarded.", cfg.Guardian, guardian.HealthPath, silent.cause)
 	case errors.As(err, &rpcErr):
 		reason = fmt.Sprintf("Vigil refused the step: %s (JSON-RPC %d). Check VIGIL_API_KEY and the guardian's log.", rpcErr.Message, rpcErr.Code)
 	default:

@@ -57,20 +57,28 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
+// keyView is key k as this server knows it.
 func (a *Auth) keyView(k record.APIKey) Key {
-	v := Key{ID: k.ID, Name: k.Name, AgentID: k.AgentID, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
-		CreatedBy: k.CreatedBy, ExpiresAt: optTime(k.ExpiresAt), RevokedAt: optTime(k.RevokedAt),
-		LastUsedAt: optTime(k.LastUsedAt), Status: "active"}
+	v := keyViewAt(k, a.now())
 	// The newest use is in memory until the next flush.
 	if e, ok := a.keys.table.Load().byID[k.ID]; ok {
 		if lu := e.lastUsed.Load(); lu > 0 && (v.LastUsedAt == nil || lu > v.LastUsedAt.UnixNano()) {
 			v.LastUsedAt = optTime(time.Unix(0, lu).UTC())
 		}
 	}
+	return v
+}
+
+// keyViewAt is key k as the database holds it, with its status at now: what `vigil keys
+// list` shows, having no server's unflushed uses to add.
+func keyViewAt(k record.APIKey, now time.Time) Key {
+	v := Key{ID: k.ID, Name: k.Name, AgentID: k.AgentID, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
+		CreatedBy: k.CreatedBy, ExpiresAt: optTime(k.ExpiresAt), RevokedAt: optTime(k.RevokedAt),
+		LastUsedAt: optTime(k.LastUsedAt), Status: "active"}
 	switch {
 	case !k.RevokedAt.IsZero():
 		v.Status = "revoked"
-	case !k.ExpiresAt.IsZero() && !a.now().Before(k.ExpiresAt):
+	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
 		v.Status = "expired"
 	}
 	return v

@@ -22,9 +22,13 @@ import (
 type CLI struct {
 	// DefaultDB is the database used without --db.
 	DefaultDB string
-	// Open opens the database named by --db (main picks the backend from it); the CLI
-	// closes what it returns.
+	// Open opens the database named by --db (main picks the backend from it) for the
+	// subcommands that change it; the CLI closes what it returns.
 	Open func(ctx context.Context, db string, log *slog.Logger) (ClosableStore, error)
+	// OpenLister opens the database for `keys list` and `users list`, which only read: main
+	// opens PostgreSQL read-only there, so that a listing never creates or migrates a schema
+	// and a role that may only SELECT can run it. Nil: Open.
+	OpenLister func(ctx context.Context, db string, log *slog.Logger) (Lister, error)
 	// Stdin supplies passwords: read without echo after a prompt when it is a terminal,
 	// else its first line.
 	Stdin  io.Reader
@@ -78,11 +82,23 @@ type ClosableStore interface {
 	Close() error
 }
 
+// Lister is what the listings read, and all they may do: nothing in it changes the
+// database, so a handle opened read-only serves it (postgres.ReadOnly).
+type Lister interface {
+	APIKeys(ctx context.Context) ([]record.APIKey, error)
+	Users(ctx context.Context) ([]record.User, error)
+	Close() error
+}
+
+func (c *CLI) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
 func (c *CLI) open(ctx context.Context, path string) (ClosableStore, *Auth, error) {
-	log := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if c.Open == nil {
 		return nil, nil, errors.New("no database backend configured")
 	}
+	log := c.logger()
 	db, err := c.Open(ctx, path, log)
 	if err != nil {
 		return nil, nil, err
@@ -93,6 +109,23 @@ func (c *CLI) open(ctx context.Context, path string) (ClosableStore, *Auth, erro
 		return nil, nil, err
 	}
 	return db, a, nil
+}
+
+func (c *CLI) openLister(ctx context.Context, path string) (Lister, error) {
+	if c.OpenLister != nil {
+		return c.OpenLister(ctx, path, c.logger())
+	}
+	if c.Open == nil {
+		return nil, errors.New("no database backend configured")
+	}
+	return c.Open(ctx, path, c.logger())
+}
+
+func (c *CLI) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // run parses a subcommand's flags, opens the database and runs fn; it returns the exit code.
@@ -106,34 +139,16 @@ func (c *CLI) run(ctx context.Context, name, usage string, args []string, setup 
 // starting meanwhile.
 func (c *CLI) runPrepared(ctx context.Context, name, usage string, args []string, setup func(*flag.FlagSet),
 	npos int, prepare func(pos []string) error, fn func(a *Auth, pos []string) error) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	fs.Usage = func() { fmt.Fprint(c.Stderr, usage) }
-	dbPath := fs.String("db", c.DefaultDB, "SQLite database file")
-	if setup != nil {
-		setup(fs)
-	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != npos {
-		fmt.Fprintf(c.Stderr, "vigil %s: expected %d argument(s), got %d\n%s", name, npos, len(pos), usage)
-		return 2
+	dbPath, pos, code, ok := c.parse(name, usage, args, setup, npos)
+	if !ok {
+		return code
 	}
 	if prepare != nil {
 		if err := prepare(pos); err != nil {
-			fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, cliError(err))
-			if errors.Is(err, ErrInvalid) {
-				return 2
-			}
-			return 1
+			return c.exit(name, err)
 		}
 	}
-	db, a, err := c.open(ctx, *dbPath)
+	db, a, err := c.open(ctx, dbPath)
 	if err != nil {
 		fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, err)
 		return 1
@@ -142,14 +157,62 @@ func (c *CLI) runPrepared(ctx context.Context, name, usage string, args []string
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	return c.exit(name, err)
+}
+
+// list runs a listing (no arguments but --db): fn reads through OpenLister's handle.
+func (c *CLI) list(ctx context.Context, name, usage string, args []string, fn func(l Lister) error) int {
+	dbPath, _, code, ok := c.parse(name, usage, args, nil, 0)
+	if !ok {
+		return code
+	}
+	l, err := c.openLister(ctx, dbPath)
 	if err != nil {
-		fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, cliError(err))
-		if errors.Is(err, ErrInvalid) {
-			return 2
-		}
+		fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, err)
 		return 1
 	}
-	return 0
+	err = fn(l)
+	if cerr := l.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return c.exit(name, err)
+}
+
+// parse parses a subcommand's flags and npos positional arguments. ok is false when the
+// command ends here, with exit code code (help, or a usage error already reported).
+func (c *CLI) parse(name, usage string, args []string, setup func(*flag.FlagSet), npos int) (dbPath string, pos []string, code int, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	fs.Usage = func() { fmt.Fprint(c.Stderr, usage) }
+	db := fs.String("db", c.DefaultDB, "SQLite database file")
+	if setup != nil {
+		setup(fs)
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", nil, 0, false
+		}
+		return "", nil, 2, false
+	}
+	if len(pos) != npos {
+		fmt.Fprintf(c.Stderr, "vigil %s: expected %d argument(s), got %d\n%s", name, npos, len(pos), usage)
+		return "", nil, 2, false
+	}
+	return *db, pos, 0, true
+}
+
+// exit reports err, if any, and returns the exit code: 2 for what the operator asked
+// wrongly, 1 for other failures.
+func (c *CLI) exit(name string, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(c.Stderr, "vigil %s: %v\n", name, cliError(err))
+	if errors.Is(err, ErrInvalid) {
+		return 2
+	}
+	return 1
 }
 
 // cliError words the errors an operator can act on.
@@ -204,10 +267,15 @@ func (c *CLI) Keys(ctx context.Context, args []string) int {
 			return nil
 		})
 	case "list":
-		return c.run(ctx, "keys list", keysUsage, args[1:], nil, 0, func(a *Auth, _ []string) error {
-			ks, err := a.Keys(ctx)
+		return c.list(ctx, "keys list", keysUsage, args[1:], func(l Lister) error {
+			rows, err := l.APIKeys(ctx)
 			if err != nil {
-				return err
+				return fmt.Errorf("auth: load api keys: %w", err)
+			}
+			now := c.now()
+			ks := make([]Key, len(rows))
+			for i, k := range rows {
+				ks[i] = keyViewAt(k, now)
 			}
 			if len(ks) == 0 {
 				fmt.Fprintln(c.Stderr, "No API keys: agents may call /aos without one (on loopback).")
@@ -286,8 +354,8 @@ func (c *CLI) Users(ctx context.Context, args []string) int {
 			return nil
 		})
 	case "list":
-		return c.run(ctx, "users list", usersUsage, args[1:], nil, 0, func(a *Auth, _ []string) error {
-			us, err := a.Users(ctx)
+		return c.list(ctx, "users list", usersUsage, args[1:], func(l Lister) error {
+			us, err := l.Users(ctx)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,6 +105,76 @@ func TestKeysCLI(t *testing.T) {
 	r = runCLI(t, dbPath, "", true, "revoke", "key_nope")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "not found")
+}
+
+// fakeLister serves the listings from memory and notes its closing.
+type fakeLister struct {
+	keys   []record.APIKey
+	users  []record.User
+	closed bool
+}
+
+func (f *fakeLister) APIKeys(context.Context) ([]record.APIKey, error) { return f.keys, nil }
+func (f *fakeLister) Users(context.Context) ([]record.User, error)     { return f.users, nil }
+func (f *fakeLister) Close() error                                     { f.closed = true; return nil }
+
+// TestListingsOpenOnlyTheLister: `keys list` and `users list` read through OpenLister alone
+// and close it. The Lister type has no method that writes, so the compiler guarantees a
+// listing cannot change the database main opens read-only for it; the subcommands that
+// change accounts open it with Open.
+func TestListingsOpenOnlyTheLister(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		keys   bool
+		args   []string
+		code   int
+		lister bool     // opened with OpenLister, else with Open
+		want   []string // in stdout
+	}{
+		{"keys list", true, []string{"list"}, 0, true, []string{"key_active", "active", "key_expired", "expired"}},
+		{"users list", false, []string{"list"}, 0, true, []string{"alice", RoleAdmin}},
+		{"keys create", true, []string{"create", "--name", "ci"}, 0, false, []string{"vgl_"}},
+		{"keys revoke", true, []string{"revoke", "key_nope"}, 1, false, nil},
+		{"users remove", false, []string{"remove", "nobody"}, 1, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lister := &fakeLister{
+				keys: []record.APIKey{
+					{ID: "key_active", Prefix: "vgl_a", CreatedAt: now.Add(-time.Hour)},
+					{ID: "key_expired", Prefix: "vgl_e", CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(-time.Hour)},
+				},
+				users: []record.User{{Name: "alice", Role: RoleAdmin, CreatedAt: now, UpdatedAt: now}},
+			}
+			var opens, listerOpens int
+			var out, errOut bytes.Buffer
+			c := &CLI{DefaultDB: filepath.Join(t.TempDir(), "vigil.db"), Stdout: &out, Stderr: &errOut,
+				Operator: "cli:tester", BcryptCost: 4, Now: func() time.Time { return now },
+				Open: func(ctx context.Context, path string, log *slog.Logger) (ClosableStore, error) {
+					opens++
+					return openSQLite(ctx, path, log)
+				},
+				OpenLister: func(context.Context, string, *slog.Logger) (Lister, error) {
+					listerOpens++
+					return lister, nil
+				},
+			}
+			run := c.Users
+			if tc.keys {
+				run = c.Keys
+			}
+			require.Equal(t, tc.code, run(context.Background(), tc.args), errOut.String())
+			if tc.lister {
+				require.Equal(t, [2]int{0, 1}, [2]int{opens, listerOpens}, "Open, OpenLister calls")
+				require.True(t, lister.closed, "the listing closes its handle")
+			} else {
+				require.Equal(t, [2]int{1, 0}, [2]int{opens, listerOpens}, "Open, OpenLister calls")
+			}
+			for _, w := range tc.want {
+				require.Contains(t, out.String(), w)
+			}
+		})
+	}
 }
 
 func TestUsersCLI(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/apijson"
 	"github.com/vigil-guardian/vigil/record"
 )
@@ -51,16 +52,14 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	apijson.Error(w, e.status, e.code, e.message)
 }
 
-// HealthPath is the guardian's health check (guardian.HealthPath). Load balancers and
-// orchestrators call it without credentials, so ConsoleMiddleware lets a GET or HEAD of
-// exactly this path through: it answers only whether the process can serve.
-const HealthPath = "/api/health"
-
-// healthCheck reports a request for HealthPath as it is written, unescaped: a spelling
-// the mux would route there too (/api/%68ealth) is checked as any console request.
+// healthCheck reports a request for the guardian's health check (guardian.HealthPath) as
+// it is written, unescaped. Load balancers and orchestrators call it without credentials,
+// so ConsoleMiddleware lets a GET or HEAD of exactly this path through: it answers only
+// whether the process can serve. A spelling the mux would route there too
+// (/api/%68ealth) is checked as any console request.
 func healthCheck(r *http.Request) bool {
 	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
-		r.URL.Path == HealthPath && r.URL.EscapedPath() == HealthPath
+		r.URL.Path == guardian.HealthPath && r.URL.EscapedPath() == guardian.HealthPath
 }
 
 // Wrap applies AgentMiddleware to /aos (and its dry run /aos/preview) and ConsoleMiddleware to everything else: the one
