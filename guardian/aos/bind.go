@@ -663,6 +663,7 @@ func (d *decoder) part() Part {
 		kind                      string
 		hasKind, hasText, hasData bool
 		text, data                any
+		dataRaw                   json.RawMessage
 		meta                      map[string]any
 		fileAt                    = -1
 	)
@@ -683,7 +684,12 @@ func (d *decoder) part() Part {
 			fileAt = d.pos
 			d.skip()
 		case "data":
+			d.ws()
+			start, long := d.pos, d.longNumbers
 			data = d.anyValue()
+			if d.err == nil && d.longNumbers != long {
+				dataRaw = json.RawMessage(d.buf[start:d.pos])
+			}
 			hasData = true
 		case "metadata":
 			meta = d.object()
@@ -728,7 +734,7 @@ func (d *decoder) part() Part {
 		default:
 			d.invalidField("data", "must be an object or an array, not "+typeOf(data))
 		}
-		return DataPart{Data: data, Metadata: meta}
+		return DataPart{Data: data, Metadata: meta, raw: dataRaw}
 	}
 	d.invalidField("kind", `must be one of "text", "file", "data", not "`+clip(kind)+`"`)
 	return nil
@@ -1030,9 +1036,9 @@ func (d *decoder) toolArgumentValue(v *ToolArgumentValue) {
 			has |= 1
 		case "value":
 			d.ws()
-			start := d.pos
+			start, long := d.pos, d.longNumbers
 			v.Value = d.anyValue()
-			if _, text := v.Value.(string); !text && d.err == nil && longNumber(d.buf[start:d.pos]) {
+			if d.err == nil && d.longNumbers != long {
 				v.raw = json.RawMessage(d.buf[start:d.pos])
 			}
 			has |= 2
@@ -1304,10 +1310,9 @@ func (d *decoder) pingParams(p *PingParams) {
 	}
 }
 
-// longNumber reports whether raw, a JSON value, has a number of 16 digits or more: shorter
-// ones a float64 holds exactly (it keeps 15 to 17 significant digits), so only these can
-// lose digits when decoded. Digits inside strings count too, which only keeps a copy's
-// worth of bytes more than needed.
+// longNumber reports whether raw, a JSON number, has 16 digits or more: shorter ones a
+// float64 holds exactly (it keeps 15 to 17 significant digits), so only these can lose
+// digits when decoded.
 func longNumber(raw []byte) bool {
 	run := 0
 	for _, c := range raw {

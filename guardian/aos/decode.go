@@ -69,6 +69,12 @@ type decoder struct {
 	// guardian's allocations. Unmarshalers never share: encoding/json may reuse its buffer.
 	share bool
 
+	// longNumbers counts the numbers of 16 digits or more anyValue has read (longNumber): a
+	// value whose reading changes it is read again for the step's text, with its digits
+	// (exactJSON). Counting here spares the common step a second pass over its bytes. A
+	// uint32 fits in the bools' padding, and no request holds 2^32 numbers.
+	longNumbers uint32
+
 	// a2aContext is where a2aContent found the A2A contextId.
 	a2aContext gpath
 
@@ -906,7 +912,12 @@ func (d *decoder) anyValue() any {
 		d.pos += 4
 		return nil
 	case c == '-' || isDigit(c):
-		return d.number()
+		start := d.pos
+		f := d.number()
+		if d.err == nil && longNumber(d.buf[start:d.pos]) {
+			d.longNumbers++
+		}
+		return f
 	}
 	d.syntaxErr("unexpected character")
 	return nil

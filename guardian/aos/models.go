@@ -143,6 +143,9 @@ type FilePart struct {
 type DataPart struct {
 	Data     any            `json:"data"`
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// raw is the data as the request wrote it, kept (a slice of the request) only when it
+	// has a number a float64 may not hold: the step's text shows the agent's digits.
+	raw json.RawMessage
 }
 
 // PartKind implements Part.
@@ -336,13 +339,20 @@ type ToolArgumentValue struct {
 
 // exact is the input's value for text and comparison: Value, with its long numbers as the
 // request wrote them (exactJSON) when it has any.
-func (v ToolArgumentValue) exact() any {
-	if v.raw != nil {
-		if x, ok := exactJSON(v.raw); ok {
+func (v ToolArgumentValue) exact() any { return exactValue(v.Value, v.raw) }
+
+// exact is the part's data for text: Data, with its long numbers as the request wrote them.
+func (p DataPart) exact() any { return exactValue(p.Data, p.raw) }
+
+// exactValue is v, decoded from raw, with its long numbers as raw has them (exactJSON); v
+// itself when raw is nil, as it is for a value without such a number.
+func exactValue(v any, raw json.RawMessage) any {
+	if raw != nil {
+		if x, ok := exactJSON(raw); ok {
 			return x
 		}
 	}
-	return v.Value
+	return v
 }
 
 // ToolCallResult is the outcome of a tool call (§4.6.1.1). Outputs may be empty, never null

@@ -72,6 +72,9 @@ type MCPParams struct {
 	Message   json.RawMessage `json:"message"`
 	Reasoning string          `json:"reasoning,omitempty"`
 	Inline    bool            `json:"-"`
+	// longNumbers is set when the message has a number of 16 digits or more, which the
+	// step's text shows as Message has it (exactMessage).
+	longNumbers bool
 
 	// The decoded message. Method is empty for a response.
 	Method string          `json:"-"`
@@ -111,6 +114,9 @@ type A2AParams struct {
 	Reasoning string          `json:"reasoning,omitempty"`
 	Inline    bool            `json:"-"`
 	Native    bool            `json:"-"`
+	// longNumbers is set when the content has a number of 16 digits or more, which the
+	// step's text shows as Message has it (exactData).
+	longNumbers bool
 	// Context is params.context of the native layout; From and To are its from and to
 	// members (a string, or the name, id or url of an object).
 	Context map[string]any `json:"-"`

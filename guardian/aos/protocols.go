@@ -67,6 +67,8 @@ func (d *decoder) mcpMessage(p *MCPParams) {
 	if !d.enterObject() {
 		return
 	}
+	long := d.longNumbers
+	defer func() { p.longNumbers = d.longNumbers != long }()
 	var params any
 	for {
 		k, ok := d.nextKey()
@@ -223,10 +225,12 @@ func (d *decoder) a2aContent(p *A2AParams) {
 		return
 	}
 	base := d.path()
+	long := d.longNumbers
 	body, _ := d.anyValue().(map[string]any)
 	if d.err != nil {
 		return
 	}
+	p.longNumbers = d.longNumbers != long
 	w := a2aWalker{p: p}
 	w.walk(body, gpath{s: base}, 0)
 	if w.err != nil {
@@ -354,23 +358,78 @@ func (w *a2aWalker) parts(v any, at gpath) {
 // it has one of 16 digits or more, which a float64 may not hold: for the step's text and a
 // comparison of inputs, never for rules, which read Arguments.
 func (p *MCPParams) exactArguments() map[string]any {
-	if p.Arguments == nil || !longNumber(p.Message) {
-		return p.Arguments
+	if p.Arguments == nil {
+		return nil
 	}
-	x, ok := exactJSON(p.Message)
-	msg, _ := x.(map[string]any)
+	return exactMembers(p.Arguments, exactArgs(p.exactMessage()))
+}
+
+// exactMessage is the message decoded by exactJSON, or nil when it has no number of 16
+// digits or more (the common case, which costs nothing more).
+func (p *MCPParams) exactMessage() map[string]any {
+	if !p.longNumbers {
+		return nil
+	}
+	x, _ := exactJSON(p.Message)
+	m, _ := x.(map[string]any)
+	return m
+}
+
+// exactArgs is params.arguments of a message decoded by exactJSON (nil for nil).
+func exactArgs(msg map[string]any) map[string]any {
 	params, _ := msg["params"].(map[string]any)
 	args, _ := params["arguments"].(map[string]any)
-	if !ok || args == nil {
-		return p.Arguments
+	return args
+}
+
+// exactMembers is m with each member that has a number of 16 digits or more in exact (the
+// same object decoded by exactJSON) taken from exact. Only those change, so that the others
+// read as before; m itself when exact is nil.
+func exactMembers(m, exact map[string]any) map[string]any {
+	if exact == nil {
+		return m
 	}
-	// Only the arguments with such a number change, so that the others read as before.
-	out := make(map[string]any, len(p.Arguments))
-	for k, v := range p.Arguments {
-		if x, ok := args[k]; ok && hasLongNumber(x) {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if x, ok := exact[k]; ok && hasLongNumber(x) {
 			v = x
 		}
 		out[k] = v
+	}
+	return out
+}
+
+// exactOr is exact (a value decoded by exactJSON) when it has a number of 16 digits or
+// more, else v.
+func exactOr(v, exact any) any {
+	if hasLongNumber(exact) {
+		return exact
+	}
+	return v
+}
+
+// exactData is Data with each payload that has a number of 16 digits or more as the content
+// wrote it, for the step's text; rules read Data. Only content that has such a number is
+// decoded again.
+func (p *A2AParams) exactData() []any {
+	if len(p.Data) == 0 || !p.longNumbers {
+		return p.Data
+	}
+	x, _ := exactJSON(p.Message)
+	body, ok := x.(map[string]any)
+	if !ok {
+		return p.Data
+	}
+	// The same walk over the same content finds the same parts in the same order.
+	var again A2AParams
+	w := a2aWalker{p: &again}
+	w.walk(body, gpath{}, 0)
+	if w.err != nil || len(again.Data) != len(p.Data) {
+		return p.Data
+	}
+	out := make([]any, len(p.Data))
+	for i, v := range p.Data {
+		out[i] = exactOr(v, again.Data[i])
 	}
 	return out
 }
@@ -403,10 +462,17 @@ func mcpText(p *MCPParams, add func(string)) {
 	if p.ToolName != "" {
 		add(p.ToolName)
 	}
-	addArgs(p.exactArguments(), add)
+	// The values written as JSON (arguments, structured content) show a long number with
+	// the message's digits: one more decode, only for a message that has such a number.
+	var exact map[string]any
+	if p.Arguments != nil || p.Method != "tools/call" && p.Params["arguments"] != nil ||
+		p.Result["structuredContent"] != nil {
+		exact = p.exactMessage()
+	}
+	addArgs(exactMembers(p.Arguments, exactArgs(exact)), add)
 	if p.Params != nil && p.Method != "tools/call" {
 		if args, ok := p.Params["arguments"].(map[string]any); ok {
-			addArgs(args, add)
+			addArgs(exactMembers(args, exactArgs(exact)), add)
 		}
 		if uri, ok := p.Params["uri"].(string); ok {
 			add(uri)
@@ -418,7 +484,8 @@ func mcpText(p *MCPParams, add func(string)) {
 		contentTexts(r["contents"], add)
 		contentTexts(r["messages"], add)
 		if sc, ok := r["structuredContent"]; ok && sc != nil {
-			add(renderValue(sc))
+			result, _ := exact["result"].(map[string]any)
+			add(renderValue(exactOr(sc, result["structuredContent"])))
 		}
 	}
 	if e := p.Error; e != nil {

@@ -64,7 +64,7 @@ func (s *Step) joinText() string {
 		for _, t := range s.A2A.Texts {
 			add(t)
 		}
-		for _, v := range s.A2A.Data {
+		for _, v := range s.A2A.exactData() {
 			add(renderValue(v))
 		}
 	}
@@ -77,7 +77,7 @@ func partsText(parts []Part, add func(string)) {
 		case TextPart:
 			add(p.Text)
 		case DataPart:
-			add(renderValue(p.Data))
+			add(renderValue(p.exact()))
 		}
 	}
 }
@@ -106,9 +106,9 @@ func renderValue(v any) string {
 
 // exactJSON decodes raw as encoding/json would into an interface, except that its numbers
 // of 16 digits or more, which a float64 may not hold, are json.Number with the request's
-// digits. The shorter ones are float64 as always, so that a value with a long number (or
-// with a long digit string, which longNumber counts too) reads as it would without: 10.50
-// as 10.5, 1E2 as 100. ok is false when raw does not decode.
+// digits. The shorter ones are float64 as always, so that the rest of a value with a long
+// number reads as it would without: 10.50 as 10.5, 1E2 as 100. ok is false when raw does
+// not decode.
 func exactJSON(raw []byte) (v any, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

@@ -2,6 +2,7 @@ package aos
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -120,6 +121,82 @@ func TestStepTextShortNumbersUnchanged(t *testing.T) {
 	require.Equal(t, "card={\"amount\":10.5,\"e\":100,\"num\":\"4111111111111111\"}\no={\"big\":12345678901234567891,\"f\":[1,25]}", s.Text())
 	m := parse(t, []byte(`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"message":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"o":{"big":12345678901234567891,"f":1.0}}}}}}`))
 	require.Equal(t, "pay\no={\"big\":12345678901234567891,\"f\":1}", m.Text())
+}
+
+// TestStepTextKeepsLongNumbersInData: data parts of AOS messages and triggers, A2A data
+// parts and the MCP values the text renders (structured results, prompt arguments) show a
+// number of 16 digits or more with the agent's digits, as tool inputs do; the numbers beside
+// it read as in any other value, and the decoded values stay float64.
+func TestStepTextKeepsLongNumbersInData(t *testing.T) {
+	const data = `{"id":12345678901234567891,"amount":10.50,"e":1E2,"card":"4111111111111111"}`
+	const dataText = `{"amount":10.5,"card":"4111111111111111","e":100,"id":12345678901234567891}`
+	decoded := map[string]any{"id": 1.2345678901234567e19, "amount": 10.5, "e": 100.0, "card": "4111111111111111"}
+	plain := `{"n":1.0}`
+	mcp := func(message string) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"protocols/MCP","params":{"message":` + message + `}}`)
+	}
+	dataPart := func(i int) func(*Step) any {
+		return func(s *Step) any {
+			if s.Trigger != nil {
+				return s.Trigger.Trigger.Content[i].(DataPart).Data
+			}
+			return s.Message.Message.Content[i].(DataPart).Data
+		}
+	}
+	a2aData := func(s *Step) any { return s.A2A.Data[0] }
+	structured := func(s *Step) any { return s.MCP.Result["structuredContent"] }
+	tests := []struct {
+		name string
+		req  []byte
+		text string
+		// value is what rules and the rest of the guardian read: the decoded value, which is
+		// want (decoded when nil).
+		value func(*Step) any
+		want  any
+	}{
+		{"message data part", mutate(t, "message", "params.message.content", json.RawMessage(
+			`[{"kind":"text","text":"see"},{"kind":"data","data":`+plain+`},{"kind":"data","data":`+data+`}]`)),
+			"see\n{\"n\":1}\n" + dataText, dataPart(2), nil},
+		{"message data part array", mutate(t, "message", "params.message.content", json.RawMessage(
+			`[{"data":[`+data+`,12345678901234567891]}]`)),
+			"[" + dataText + ",12345678901234567891]", func(s *Step) any { return s.Message.Message.Content[0].(DataPart).Data.([]any)[0] }, nil},
+		{"trigger data part", mutate(t, "agentTrigger", "params.trigger.content[1].data", json.RawMessage(data)),
+			"Subject: Where is my order A-10023?\n\nHi, I ordered a kettle two weeks ago and it has not arrived. Dana\n" + dataText, dataPart(1), nil},
+		{"a2a data part", mutate(t, "A2A", "params.message.params.message.parts", json.RawMessage(
+			`[{"kind":"data","data":`+data+`},{"kind":"text","text":"n 12345678901234567891"},{"kind":"data","data":`+plain+`}]`)),
+			"n 12345678901234567891\n" + dataText + "\n{\"n\":1}", a2aData, nil},
+		{"a2a inline data part", mutate(t, "A2A-inline", "params.params.message.parts[1].data", json.RawMessage(data)),
+			"Where is parcel JD0146000034 for order A-10023?\n" + dataText, a2aData, nil},
+		{"a2a native artifact", mutate(t, "A2A-native", "params.payload", json.RawMessage(
+			`{"kind":"task","id":"t1","contextId":"c1","artifacts":[{"parts":[{"kind":"data","data":`+data+`}]}]}`)),
+			dataText, a2aData, nil},
+		{"mcp structured result", mcp(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}],"structuredContent":` + data + `}}`),
+			"done\n" + dataText, structured, nil},
+		// A text content holds the agent's characters already; a long number in it stays so.
+		{"mcp text content that is JSON", mcp(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":` + strconv.Quote(data) + `}],"structuredContent":` + data + `}}`),
+			data + "\n" + dataText, structured, nil},
+		{"mcp prompt arguments", mcp(`{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p","arguments":{"o":` + data + `,"s":"x","f":1.0}}}`),
+			"f=1\no=" + dataText + "\ns=x", func(s *Step) any { return s.MCP.Params["arguments"].(map[string]any)["o"] }, nil},
+		{"mcp tool arguments and result", mcp(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"o":` + data + `}},"result":{"structuredContent":` + data + `}}`),
+			"pay\no=" + dataText + "\n" + dataText, structured, nil},
+		// A long number elsewhere in the content leaves the data parts as they read.
+		{"a2a long number outside data", mutate(t, "A2A", "params.message.params.metadata", json.RawMessage(`{"n":12345678901234567891}`)),
+			"Where is parcel JD0146000034 for order A-10023?\n" + `{"customer":"Dana Whitfield","orderId":"A-10023"}`, a2aData,
+			map[string]any{"customer": "Dana Whitfield", "orderId": "A-10023"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := parse(t, tc.req)
+			require.Equal(t, tc.text, s.Text())
+			want := tc.want
+			if want == nil {
+				want = decoded
+			}
+			require.Equal(t, want, tc.value(s), "the decoded value is unchanged")
+			s.ForgetText()
+			require.Equal(t, tc.text, s.Text(), "joined again from the request")
+		})
+	}
 }
 
 func TestSessionHintSources(t *testing.T) {

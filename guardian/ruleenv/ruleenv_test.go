@@ -345,3 +345,29 @@ func TestBuildMCPGatewayMeta(t *testing.T) {
 		})
 	}
 }
+
+// TestTextRuleSeesLongNumbers: a rule that looks for a number of 16 digits or more in the
+// step's text finds it with the agent's digits wherever the step carries it as JSON.
+func TestTextRuleSeesLongNumbers(t *testing.T) {
+	prog, err := rules.Compile([]rules.Rule{{ID: "n", When: `text contains "12345678901234567891" && text contains "10.5"`,
+		Action: rules.ActionDeny, Enabled: true}}, rules.Options{})
+	require.NoError(t, err)
+	const data = `{"id": 12345678901234567891, "amount": 10.50}`
+	tests := []struct {
+		name, method, params string
+	}{
+		{"tool input", aos.MethodToolCallRequest, `{"context": ` + context + `, "toolCallRequest": {"executionId": "e1",
+		  "toolId": "send_email", "inputs": [{"name": "o", "value": ` + data + `}]}}`},
+		{"message data part", aos.MethodMessage, `{"context": ` + context + `, "message": {"id": "m1", "role": "user",
+		  "content": [{"kind": "data", "data": ` + data + `}]}}`},
+		{"a2a data part", aos.MethodA2A, `{"message": {"role": "user", "parts": [{"kind": "data", "data": ` + data + `}]}}`},
+		{"mcp structured result", aos.MethodMCP, `{"message": {"jsonrpc": "2.0", "id": 1,
+		  "result": {"content": [], "structuredContent": ` + data + `}}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			step := parse(t, tc.method, tc.params)
+			require.Equal(t, rules.ActionDeny, prog.Evaluate(Build(step, History{}, time.Time{})).Action, step.Text())
+		})
+	}
+}
