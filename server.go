@@ -86,7 +86,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	if !postgres.IsURL(cfg.DB) {
 		// SQLite decides when the file is opened whether it may be written, for as long as
-		// it is open: a guardian on a file it can only read would journal steps that never
+		// it is open (and so for its write-ahead log and WAL index, which every write goes
+		// through): a guardian on a file it can only read would journal steps that never
 		// reach the tables, and no later moment would mend it. (A PostgreSQL replica starts
 		// on a read-only server, which a failover may make writable, and its health check
 		// answers 503 meanwhile.)

@@ -1,10 +1,15 @@
 package guardian_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,5 +90,61 @@ func TestHealthCheckSeesAReadOnlyPostgres(t *testing.T) {
 	db.Pool().Reset() // and those started read-only go
 	clock.Add(1)
 	a = health()
+	require.Equal(t, http.StatusOK, a.status, a.body)
+}
+
+// lockedBuffer is a log destination the test reads while the server writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A guardian whose role loses a privilege operators' writes need (not one a step needs:
+// steps would still be stored, but an audit entry, a rule edit or a sign-in would fail)
+// reports itself unavailable, and its log names the privilege and the table.
+func TestHealthCheckSeesARevokedGrant(t *testing.T) {
+	ctx := context.Background()
+	dsn := postgresDB(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	role := "g_" + strings.TrimPrefix(u.Path, "/")
+	id := pgx.Identifier{role}.Sanitize()
+	pgtest.Exec(t, dsn, "CREATE ROLE "+id+" LOGIN", "GRANT CREATE ON SCHEMA public TO "+id)
+	db, err := postgres.Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), postgres.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	var logs lockedBuffer
+	var clock atomic.Int64 // seconds
+	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Now:    func() time.Time { return time.Unix(1_750_000_000+clock.Load(), 0) }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	a := healthGet(t, srv, http.MethodGet, "/api/health")
+	require.Equal(t, http.StatusOK, a.status, a.body)
+
+	pgtest.Exec(t, dsn, "REVOKE INSERT ON audit FROM "+id)
+	clock.Add(1)
+	a = healthGet(t, srv, http.MethodGet, "/api/health")
+	require.Equal(t, http.StatusServiceUnavailable, a.status, a.body)
+	require.JSONEq(t, readOnlyHealth, a.body)
+	require.Contains(t, logs.String(), "lacks INSERT on audit")
+
+	pgtest.Exec(t, dsn, "GRANT INSERT ON audit TO "+id)
+	clock.Add(1)
+	a = healthGet(t, srv, http.MethodGet, "/api/health")
 	require.Equal(t, http.StatusOK, a.status, a.body)
 }

@@ -67,9 +67,10 @@ type Steps interface {
 	Stats(ctx context.Context, now time.Time) (record.Stats, error)
 	// CheckWritable reports, without writing, whether the database takes writes: nil when
 	// it does, an error wrapping ErrReadOnly when it would refuse them although it answers
-	// reads (a PostgreSQL hot standby or read-only default, a SQLite file that could only
-	// be opened for reading), another error when it could not tell. It is cheap enough for
-	// a health check: none of Vigil's tables is read.
+	// reads (a PostgreSQL hot standby or read-only default, or a role lacking a privilege
+	// some write needs; a SQLite file, write-ahead log or WAL index that could only be
+	// opened for reading), naming what to fix, another error when it could not tell. It is
+	// cheap enough for a health check: none of Vigil's tables is read.
 	CheckWritable(ctx context.Context) error
 }
 

@@ -17,9 +17,23 @@ const fsImmutableFL = 0x10
 // the file system keeps no such attribute.
 func WriteProtect(t *testing.T, path string) {
 	t.Helper()
+	writeProtect(t, path, 0o400, 0o600)
+}
+
+// WriteProtectDir makes dir a directory this process can list and open files in but not
+// create files in: mode 0500, or for root the immutable attribute (see WriteProtect).
+func WriteProtectDir(t *testing.T, dir string) {
+	t.Helper()
+	writeProtect(t, dir, 0o500, 0o700)
+}
+
+// writeProtect is WriteProtect with the mode that protects path and the one the cleanup
+// restores.
+func writeProtect(t *testing.T, path string, mode, restore os.FileMode) {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		require.NoError(t, os.Chmod(path, 0o400))
-		t.Cleanup(func() { require.NoError(t, os.Chmod(path, 0o600)) })
+		require.NoError(t, os.Chmod(path, mode))
+		t.Cleanup(func() { require.NoError(t, os.Chmod(path, restore)) })
 		return
 	}
 	f, err := os.Open(path)

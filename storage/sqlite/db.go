@@ -162,6 +162,9 @@ type DB struct {
 	// writerReadOnly is set when SQLite could open the file for reading only (see
 	// CheckWritable); fixed at Open, since the writer's connection is never reopened.
 	writerReadOnly bool
+	// companionsReadOnly is why SQLite may not write the write-ahead log or WAL index
+	// found at Open (see companionsWritable), or nil.
+	companionsReadOnly error
 
 	// fileInfo is the database file as opened; watchFile compares the path with it and
 	// sets fileLost when the file was deleted or replaced. stopWatch ends watchFile.
@@ -236,6 +239,12 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 	defer func() {
 		if err != nil {
 			db.closeConns()
+			// A database SQLite may not write fails where a start-up step first writes (a
+			// migration, a replay of the journal) with SQLite's bare "attempt to write a
+			// readonly database": the reason, known by then, comes first.
+			if werr := db.CheckWritable(ctx); werr != nil && !errors.Is(err, storage.ErrReadOnly) {
+				err = fmt.Errorf("%w (%w)", werr, err)
+			}
 		}
 	}()
 	if err := checkDatabaseFile(abs); err != nil {
@@ -255,6 +264,14 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		if err := createFile(ctx, abs); err != nil {
 			return nil, err
 		}
+	}
+	// Before tightenModes, which cannot change a companion owned by another user or made
+	// immutable: the reason is then known when it fails.
+	if err := companionsCreatable(abs); err != nil {
+		return nil, err
+	}
+	db.companionsReadOnly = companionsWritable(abs)
+	if !db.beside {
 		if err := tightenModes(abs); err != nil {
 			return nil, err
 		}
@@ -509,6 +526,8 @@ func (db *DB) Close() error {
 		var busy, walFrames, copied int
 		if db.beside {
 			// The holder checkpoints its WAL; a TRUNCATE here would only wait for it.
+		} else if db.CheckWritable(ctx) != nil {
+			// No write could reach the WAL, and a checkpoint would fail as they did.
 		} else if err := db.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").
 			Scan(&busy, &walFrames, &copied); err != nil {
 			errs = append(errs, fmt.Errorf("storage: checkpoint: %w", err))
