@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // lateGuardian is the guardian for routes mounted while it is being built; they are
@@ -27,8 +28,11 @@ func (l lateGuardian) MayAct(step *aos.Step, meta guardian.RequestMeta) bool {
 }
 
 // agentAPIRoutes builds the --agentapi gateways; their routes need an agent key as /aos
-// does (in X-Vigil-Key, since the client's Authorization belongs to the upstream).
-func agentAPIRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.Logger) ([]func(*http.ServeMux), error) {
+// does (in X-Vigil-Key, since the client's Authorization belongs to the upstream). With
+// --agentapi-approvals client they keep their verdicts on approval requests in approvals,
+// the guardian's database, so that a client's answer is known to every replica and after
+// a restart.
+func agentAPIRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, approvals storage.Approvals, log *slog.Logger) ([]func(*http.ServeMux), error) {
 	var mounts []func(*http.ServeMux)
 	seen := map[string]bool{}
 	for _, u := range cfg.AgentAPI {
@@ -41,7 +45,8 @@ func agentAPIRoutes(cfg Config, az *auth.Auth, g **guardian.Guardian, log *slog.
 		}
 		seen[name] = true
 		gw, err := agentapi.New(agentapi.Config{Name: name, URL: url, Approvals: cfg.AgentAPIApprovals, MaxBodyBytes: cfg.MaxBodyBytes},
-			agentapi.Options{Decider: lateGuardian{g}, Logger: log, Wrap: az.GatewayMiddleware(agentapi.Refuse), KeyOf: auth.KeyOf})
+			agentapi.Options{Decider: lateGuardian{g}, Logger: log, Wrap: az.GatewayMiddleware(agentapi.Refuse), KeyOf: auth.KeyOf,
+				Approvals: approvals})
 		if err != nil {
 			return nil, err
 		}

@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/guardian/auth"
+	"github.com/vigil-guardian/vigil/internal/pgtest"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
 )
 
@@ -87,4 +89,76 @@ func TestAgentAPIGatewayTeamMode(t *testing.T) {
 	code, body = post(map[string]string{"Authorization": "Bearer sk-upstream", "X-Vigil-Key": key})
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "Bearer sk-upstream|", <-gotAuth)
+}
+
+// With --agentapi-approvals client the verdicts on approval requests are in the database:
+// a client's answer reaching another replica than the one that passed the request on, or
+// the guardian restarted, goes up once, and is refused the second time.
+func TestAgentAPIApprovalAnswerOnAnotherGuardian(t *testing.T) {
+	var answers atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		output := `[{"object":"message","type":"mcp_approval_request","role":"assistant","status":"completed","id":"msg_1",` +
+			`"content":[{"object":"content","type":"data","data":{"id":"apr_1","name":"delete_file","server_label":"fs","arguments":"{\"path\":\"/tmp/x\"}"}}]}]`
+		if strings.Contains(string(body), "mcp_approval_response") {
+			answers.Add(1)
+			output = `[]`
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"sequence_number":null,"object":"response","status":"completed","error":null,"id":"response_1",` +
+			`"created_at":1,"completed_at":1,"output":` + output + `,"usage":null,"session_id":"s1"}`))
+	}))
+	defer up.Close()
+	const (
+		ask    = `{"input":[{"role":"user","type":"message","content":[{"type":"text","text":"delete /tmp/x"}]}],"session_id":"s1","stream":false}`
+		answer = `{"input":[{"type":"mcp_approval_response","role":"user","content":[{"type":"data","data":{"approval_request_id":"apr_1","approve":true}}]}],"session_id":"s1","stream":false}`
+	)
+	post := func(url, body string) (int, string) {
+		resp, err := http.Post(url+"/agentapi/demo/process", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	start := func(db string) *server {
+		cfg := testConfig(t, db)
+		cfg.AgentAPI, cfg.AgentAPIApprovals = []string{"demo=" + up.URL}, "client"
+		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		return srv
+	}
+	stop := func(srv *server) { require.NoError(t, srv.Shutdown(5*time.Second)) }
+
+	for _, tt := range []struct {
+		name string
+		db   func(t *testing.T) string
+		// answerOn returns the guardian that gets the answer, given the one that asked.
+		answerOn func(t *testing.T, asked *server, db string) *server
+	}{
+		{"SQLite, restarted", func(t *testing.T) string { return filepath.Join(t.TempDir(), "vigil.db") },
+			func(_ *testing.T, asked *server, db string) *server { stop(asked); return start(db) }},
+		{"PostgreSQL, another replica", func(t *testing.T) string { return pgtest.Need(t, pgSrv) },
+			func(t *testing.T, asked *server, db string) *server {
+				t.Cleanup(func() { stop(asked) })
+				return start(db)
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			answers.Store(0)
+			db := tt.db(t)
+			asked := start(db)
+			code, body := post(asked.URL, ask)
+			require.Equal(t, http.StatusOK, code, body)
+			require.Contains(t, body, `"type":"mcp_approval_request"`, "passed on to the client")
+			other := tt.answerOn(t, asked, db)
+			defer stop(other)
+			code, body = post(other.URL, answer)
+			require.Equal(t, http.StatusOK, code, body)
+			require.Equal(t, int32(1), answers.Load(), "the answer went up")
+			code, body = post(other.URL, answer)
+			require.Equal(t, http.StatusBadRequest, code, body)
+			require.Contains(t, body, `approval request \"apr_1\" was answered already`)
+			require.Equal(t, int32(1), answers.Load())
+		})
+	}
 }

@@ -298,7 +298,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	obs.watch(engine, hm, hub, db)
 
 	var g *guardian.Guardian
-	gateways, err := agentAPIRoutes(cfg, az, &g, log)
+	gateways, err := agentAPIRoutes(cfg, az, &g, db, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,10 +1,11 @@
 // Package storage names what a storage backend provides: Backend, the methods the guardian,
-// its console API, holds, rules, team mode and the live stream use. storage/sqlite (the
-// default, one process) and storage/postgres (shared by replicas) implement it, and both
-// pass the conformance suite in storage/storetest; shared.go holds what both do alike
-// and what readers of the event log share (the retention loop, search snippets, the newest
-// seq). Only package main picks a backend; the guardian's packages name the parts they need
-// as their own interfaces and import record.
+// its console API, holds, rules, team mode, the live stream and the Agent API gateway's
+// approvals ledger use. storage/sqlite (the default, one process) and storage/postgres
+// (shared by replicas) implement it, and both pass the conformance suite in
+// storage/storetest; shared.go holds what both do alike and what readers of the event log
+// share (the retention loop, search snippets, the newest seq). Only package main picks a
+// backend; the guardian's packages name the parts they need as their own interfaces and
+// import record.
 package storage
 
 import (
@@ -29,6 +30,7 @@ type Backend interface {
 	Holds
 	Rules
 	Auth
+	Approvals
 	Maintenance
 	Close() error
 }
@@ -174,4 +176,45 @@ type Maintenance interface {
 	IngestStats() record.IngestStats
 	// Describe names the database for logs and /api/info, without credentials.
 	Describe() string
+}
+
+// ApprovalState is what the database knows of an approval request the Agent API gateway
+// judged (--agentapi-approvals client).
+type ApprovalState uint8
+
+const (
+	// ApprovalUnknown: never recorded, or recorded too long ago.
+	ApprovalUnknown ApprovalState = iota
+	// ApprovalAllowed: Vigil let it through to the client, which has not answered yet.
+	ApprovalAllowed
+	// ApprovalDenied: Vigil denied it and answered the upstream itself.
+	ApprovalDenied
+	// ApprovalAnswered: the client's answer to it went up; each request is answered once.
+	ApprovalAnswered
+)
+
+// Approvals keeps the Agent API gateway's verdicts on the approval requests it passed on
+// or denied, so that a client may answer only a request Vigil let through to it, and only
+// once, whichever guardian sharing the database let it through and whichever receives the
+// answer (replicas behind a load balancer, a guardian restarted in between). A request is
+// named by key, an opaque digest the gateway computes. A request recorded maxAge or longer
+// before the time a call is given counts as unknown, as if it had never been recorded.
+type Approvals interface {
+	// RecordApproval keeps Vigil's verdict on the request key, judged at at. A denial
+	// sticks: a request recorded denied less than maxAge before stays denied when it is
+	// judged again; otherwise the request takes the new verdict. Either way its age counts
+	// from at.
+	RecordApproval(ctx context.Context, key []byte, allowed bool, at time.Time, maxAge time.Duration) error
+	// TakeApprovals marks the requests keys answered, all or none, in one transaction:
+	// when every one is allowed (and younger than maxAge at now), all become answered and
+	// ok is true; otherwise nothing changes, and bad is the index of the first that is not
+	// and state what the database knows of it. Two calls taking one request, from any
+	// guardians sharing the database, never both succeed.
+	TakeApprovals(ctx context.Context, keys [][]byte, now time.Time, maxAge time.Duration) (bad int, state ApprovalState, ok bool, err error)
+	// RestoreApprovals makes the requests of keys that are answered allowed again (a turn
+	// that never sent its answers up); others are left as they are.
+	RestoreApprovals(ctx context.Context, keys [][]byte) error
+	// PruneApprovals deletes the requests recorded maxAge or longer before now and returns
+	// how many it deleted.
+	PruneApprovals(ctx context.Context, now time.Time, maxAge time.Duration) (int64, error)
 }

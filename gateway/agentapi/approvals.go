@@ -2,14 +2,19 @@ package agentapi
 
 import (
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // With --agentapi-approvals client the client answers the approval requests Vigil let
@@ -17,11 +22,28 @@ import (
 // answered is one of those: otherwise a client that knows or guesses the id of a request
 // Vigil denied (and answered approve: false itself), or of one it never passed on (a hold
 // abandoned), could approve it and run a tool the rules stopped. The storage API has no
-// lookup of a session's step by its call id, and the gateway holds no store, so the
-// gateway remembers, for a bounded number of requests and a bounded time, the verdict on
-// each approval request it judged; an answer to a request it does not remember (another
-// session's, one from before a restart or from another replica, one forgotten) is refused,
-// never sent up: fail closed.
+// lookup of a session's step by its call id, so the gateway keeps, for a bounded time, the
+// verdict on each approval request it judged, in a ledger: in the database when it has one
+// (Options.Approvals), so that an answer may reach another replica than the one that let
+// the request through, or the same guardian after a restart; in memory otherwise, for a
+// bounded number of requests too. An answer to a request the ledger does not know
+// (another session's, one forgotten) is refused, never sent up: fail closed.
+
+// ledger keeps the verdicts on approval requests (see approvalLedger and storeLedger).
+type ledger interface {
+	// record keeps Vigil's verdict on an approval request. A denial sticks: once Vigil
+	// has answered a request approve: false, judging it again (an upstream that asks
+	// twice with one id) does not let the client approve it.
+	record(ctx context.Context, k approvalKey, allowed bool) error
+	// take marks the requests keys answered when every one of them is one Vigil let
+	// through and not yet answered; otherwise it changes nothing and returns the index of
+	// the first that is not and what the ledger knows of it. Of two takes of one request,
+	// one succeeds.
+	take(ctx context.Context, keys []approvalKey) (bad int, state approvalState, ok bool, err error)
+	// restore makes requests taken for a turn that never sent the answers up answerable
+	// again (those still remembered).
+	restore(ctx context.Context, keys []approvalKey) error
+}
 
 // Default bounds of what the gateway remembers of approval requests.
 const (
@@ -29,17 +51,18 @@ const (
 	defaultApprovalRecordAge = time.Hour
 )
 
-// approvalState is what the gateway knows of an approval request it judged.
-type approvalState uint8
+// approvalState is what the gateway knows of an approval request it judged: the same
+// states whichever ledger keeps it.
+type approvalState = storage.ApprovalState
 
 const (
-	approvalUnknown approvalState = iota
+	approvalUnknown = storage.ApprovalUnknown
 	// approvalAllowed: Vigil let it through to the client, which has not answered yet.
-	approvalAllowed
+	approvalAllowed = storage.ApprovalAllowed
 	// approvalDenied: Vigil denied it and answered the upstream approve: false itself.
-	approvalDenied
+	approvalDenied = storage.ApprovalDenied
 	// approvalAnswered: the client's answer to it went up; each request is answered once.
-	approvalAnswered
+	approvalAnswered = storage.ApprovalAnswered
 )
 
 // approvalKey names one approval request of one session, as one API key (or none) saw it.
@@ -67,9 +90,9 @@ type approvalEntry struct {
 	state approvalState
 }
 
-// approvalLedger remembers the verdicts on approval requests: at most max entries (the
-// oldest forgotten first), each for at most age. What it forgot is unknown, and an answer
-// to an unknown request is refused.
+// approvalLedger remembers the verdicts on approval requests in memory, for a gateway
+// without a database: at most max entries (the oldest forgotten first), each for at most
+// age. What it forgot is unknown, and an answer to an unknown request is refused.
 type approvalLedger struct {
 	max int
 	age time.Duration
@@ -163,6 +186,75 @@ func (l *approvalLedger) setAll(keys []approvalKey, state approvalState) {
 			e.Value.(*approvalEntry).state = state
 		}
 	}
+}
+
+// memoryLedger is the ledger of a gateway without a database: an approvalLedger, which
+// never fails.
+type memoryLedger struct{ l *approvalLedger }
+
+func (m memoryLedger) record(_ context.Context, k approvalKey, allowed bool) error {
+	m.l.record(k, allowed)
+	return nil
+}
+
+func (m memoryLedger) take(_ context.Context, keys []approvalKey) (int, approvalState, bool, error) {
+	bad, state, ok := m.l.take(keys)
+	return bad, state, ok, nil
+}
+
+func (m memoryLedger) restore(_ context.Context, keys []approvalKey) error {
+	m.l.restore(keys)
+	return nil
+}
+
+// approvalPruneEvery is how often a store ledger deletes the requests older than its age:
+// the table holds at most that age of requests, and a minute more.
+const approvalPruneEvery = time.Minute
+
+// storeLedger keeps the verdicts in the database, shared by every guardian on it (and
+// kept across restarts), for age; the database makes each take atomic across them. It is
+// bounded by age only: the requests of the last age, which the database holds on disk.
+type storeLedger struct {
+	store storage.Approvals
+	age   time.Duration
+	now   func() time.Time
+	log   *slog.Logger
+	// nextPrune is when record next prunes, in unix nanoseconds: each gateway prunes at
+	// most every approvalPruneEvery (a few guardians doing it is harmless).
+	nextPrune atomic.Int64
+}
+
+func (s *storeLedger) record(ctx context.Context, k approvalKey, allowed bool) error {
+	now := s.now()
+	if err := s.store.RecordApproval(ctx, k[:], allowed, now, s.age); err != nil {
+		return err
+	}
+	next := s.nextPrune.Load()
+	if now.UnixNano() < next || !s.nextPrune.CompareAndSwap(next, now.Add(approvalPruneEvery).UnixNano()) {
+		return nil
+	}
+	// The verdict is stored: a failure here leaves old rows for the next prune, and
+	// they count as unknown meanwhile.
+	if _, err := s.store.PruneApprovals(ctx, now, s.age); err != nil {
+		s.log.Warn("prune approval requests", "err", err)
+	}
+	return nil
+}
+
+func (s *storeLedger) take(ctx context.Context, keys []approvalKey) (int, approvalState, bool, error) {
+	return s.store.TakeApprovals(ctx, keyBytes(keys), s.now(), s.age)
+}
+
+func (s *storeLedger) restore(ctx context.Context, keys []approvalKey) error {
+	return s.store.RestoreApprovals(ctx, keyBytes(keys))
+}
+
+func keyBytes(keys []approvalKey) [][]byte {
+	out := make([][]byte, len(keys))
+	for i := range keys {
+		out[i] = keys[i][:]
+	}
+	return out
 }
 
 // approvalData is what the gateway reads of an mcp_approval_response's data: the request
@@ -294,7 +386,10 @@ func (t *turn) admitAnswers() error {
 	if len(keys) == 0 {
 		return nil
 	}
-	bad, state, ok := t.gw.approvals.take(keys)
+	bad, state, ok, err := t.gw.approvals.take(t.ctx, keys)
+	if err != nil {
+		return &ledgerError{err}
+	}
 	if !ok {
 		item, id := fmt.Sprintf("input[%d]", where[bad]), quoteID(ids[bad])
 		switch state {
@@ -310,13 +405,47 @@ func (t *turn) admitAnswers() error {
 	return nil
 }
 
+// ledgerError is a failure of the ledger to check a client's answers (the database did
+// not answer): the request is refused as a server-side failure, and nothing is sent up.
+type ledgerError struct{ err error }
+
+func (e *ledgerError) Error() string { return "agentapi: check approval answers: " + e.err.Error() }
+func (e *ledgerError) Unwrap() error { return e.err }
+
+// ledgerTimeout bounds the ledger's writes made on the turn's behalf whether or not its
+// client is still there (see ledgerContext).
+const ledgerTimeout = 10 * time.Second
+
+// ledgerContext is for a write to the ledger that must happen even when the client has
+// gone (a verdict on a request the upstream sent, answers made answerable again).
+func (t *turn) ledgerContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(t.ctx), ledgerTimeout)
+}
+
 // rememberApproval keeps Vigil's verdict on an approval request the upstream sent, so that
-// the client may answer it only when Vigil let it through.
+// the client may answer it only when Vigil let it through. A verdict the ledger could not
+// keep is logged: the request then stays as the ledger knew it (unknown, most often, so
+// that the client's answer to it is refused: fail closed).
 func (t *turn) rememberApproval(id string, allowed bool) {
 	if t.gw.approvals == nil || id == "" {
 		return
 	}
-	t.gw.approvals.record(approvalKeyOf(t.st.session, t.meta.KeyID, id), allowed)
+	ctx, cancel := t.ledgerContext()
+	defer cancel()
+	if err := t.gw.approvals.record(ctx, approvalKeyOf(t.st.session, t.meta.KeyID, id), allowed); err != nil {
+		t.gw.log.Error("approval verdict not recorded: the client's answer to the request will be refused",
+			"session", t.st.session, "approvalRequest", quoteID(id), "allowed", allowed, "err", err)
+	}
+}
+
+// restoreAnswers makes the answers the turn took answerable again: they never went up.
+func (t *turn) restoreAnswers() {
+	ctx, cancel := t.ledgerContext()
+	defer cancel()
+	if err := t.gw.approvals.restore(ctx, t.taken); err != nil {
+		t.gw.log.Error("approval answers not restored: the client may not send them again",
+			"session", t.st.session, "answers", len(t.taken), "err", err)
+	}
 }
 
 // quoteID quotes a client's id for an error message, cut short: the message is not the

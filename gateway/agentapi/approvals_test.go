@@ -3,7 +3,9 @@ package agentapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // askRequest asks the fake agent for an approval (of delete_file, request id apr_1) in
@@ -284,6 +287,123 @@ func TestApprovalRecordsAreBounded(t *testing.T) {
 	s.requireRefused(status, f, refusedUnknown, 2, steps)
 	status, f = s.send(approvalAnswer(t, "sess-2", "apr_1", true, true, nil))
 	s.requireRelayed(status, f, 3, true)
+}
+
+// withStore builds a stack's gateway on its database's ledger, as vigil serve does.
+func withStore(s *stack, o *Options) { o.Approvals = s.db }
+
+// replica serves another gateway for s's upstream, with s's guardian and approvals as its
+// ledger: what another replica behind a load balancer, or the same guardian after a
+// restart, is. It shares nothing else with s's gateway.
+func (s *stack) replica(approvals storage.Approvals) *stack {
+	s.t.Helper()
+	gw, err := New(Config{Name: "support", URL: s.agentURL, Approvals: ApprovalsClient},
+		Options{Decider: s.guardian, Approvals: approvals})
+	require.NoError(s.t, err)
+	mux := http.NewServeMux()
+	gw.Register(mux)
+	srv := httptest.NewServer(mux)
+	s.t.Cleanup(srv.Close)
+	r := *s
+	r.url = srv.URL
+	return &r
+}
+
+// With a database the verdicts are kept there: an answer that reaches another gateway than
+// the one that passed the request on (another replica, the guardian restarted) goes up,
+// once, whichever gateway it reaches; an answer to a request Vigil denied, never.
+func TestApprovalVerdictsAreSharedThroughTheDatabase(t *testing.T) {
+	tests := []struct {
+		name   string
+		rules  string
+		stream bool
+		// refused is the refusal of the first answer ("": relayed).
+		refused string
+	}{
+		{"allowed", "", true, ""},
+		{"allowed, not streamed", "", false, ""},
+		{"denied", denyDeletes, true, refusedDenied},
+		{"denied, not streamed", denyDeletes, false, refusedDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStackWith(t, tt.rules, Config{Approvals: ApprovalsClient}, withStore)
+			status, f := s.send(askRequest("sess-1", tt.stream))
+			require.Equal(t, http.StatusOK, status, f)
+			require.Equal(t, "completed", f["status"])
+
+			other := s.replica(s.db)
+			calls, steps := len(s.agent.requests()), s.stored()
+			status, f = other.send(approvalAnswer(t, "sess-1", "apr_1", true, tt.stream, nil))
+			again := tt.refused
+			if tt.refused == "" {
+				other.requireRelayed(status, f, calls+1, true)
+				again = refusedAnswered
+			} else {
+				other.requireRefused(status, f, tt.refused, calls, steps)
+			}
+			for _, g := range []*stack{other, s, s.replica(s.db)} {
+				calls, steps = len(s.agent.requests()), s.stored()
+				status, f = g.send(approvalAnswer(t, "sess-1", "apr_1", true, tt.stream, nil))
+				g.requireRefused(status, f, again, calls, steps)
+			}
+		})
+	}
+}
+
+// failingApprovals is a ledger whose records or takes fail, as a database that stops
+// answering makes them.
+type failingApprovals struct {
+	storage.Approvals
+	record, take bool
+}
+
+var errNoDatabase = errors.New("the database is not answering")
+
+func (f failingApprovals) RecordApproval(ctx context.Context, key []byte, allowed bool, at time.Time, maxAge time.Duration) error {
+	if f.record {
+		return errNoDatabase
+	}
+	return f.Approvals.RecordApproval(ctx, key, allowed, at, maxAge)
+}
+
+func (f failingApprovals) TakeApprovals(ctx context.Context, keys [][]byte, now time.Time, maxAge time.Duration) (int, storage.ApprovalState, bool, error) {
+	if f.take {
+		return 0, storage.ApprovalUnknown, false, errNoDatabase
+	}
+	return f.Approvals.TakeApprovals(ctx, keys, now, maxAge)
+}
+
+// A ledger that fails fails closed: an answer it could not check is refused as a failure
+// of the guardian, nothing sent up or stored (and not spent); a verdict it could not keep
+// leaves the request unknown, and the answer to it is refused.
+func TestApprovalLedgerFailuresFailClosed(t *testing.T) {
+	t.Run("take", func(t *testing.T) {
+		s := newStackWith(t, "", Config{Approvals: ApprovalsClient}, withStore)
+		status, _ := s.send(askRequest("sess-1", true))
+		require.Equal(t, http.StatusOK, status)
+		steps := s.stored()
+		status, f := s.replica(failingApprovals{Approvals: s.db, take: true}).send(approvalAnswer(t, "sess-1", "apr_1", true, true, nil))
+		require.Equal(t, http.StatusServiceUnavailable, status, f)
+		e := f["error"].(map[string]any)
+		require.Equal(t, codeGuardian, e["code"])
+		require.Equal(t, "guardian unavailable: the approval answers could not be checked", e["message"])
+		require.Len(t, s.agent.requests(), 1, "nothing sent up")
+		require.Equal(t, steps, s.stored(), "nothing stored")
+		status, f = s.send(approvalAnswer(t, "sess-1", "apr_1", true, true, nil))
+		s.requireRelayed(status, f, 2, true)
+	})
+	t.Run("record", func(t *testing.T) {
+		s := newStackWith(t, "", Config{Approvals: ApprovalsClient}, func(s *stack, o *Options) {
+			o.Approvals = failingApprovals{Approvals: s.db, record: true}
+		})
+		status, f := s.send(askRequest("sess-1", true))
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "completed", f["status"])
+		steps := s.stored()
+		status, f = s.replica(s.db).send(approvalAnswer(t, "sess-1", "apr_1", true, true, nil))
+		s.requireRefused(status, f, refusedUnknown, 1, steps)
+	})
 }
 
 func TestApprovalLedger(t *testing.T) {

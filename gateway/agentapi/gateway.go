@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/guardian/aos"
 	"github.com/vigil-guardian/vigil/record"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // Decider is the guardian's pipeline as the gateway uses it (*guardian.Guardian).
@@ -57,10 +58,11 @@ type Config struct {
 	MaxResponseBytes int64
 	// MaxRounds bounds the approval answers Vigil sends upstream in one turn (default 8).
 	MaxRounds int
-	// ApprovalRecords bounds how many approval requests the gateway remembers the verdict
-	// on, with ApprovalsClient, to let the client answer only those Vigil let through
-	// (default 10000; the oldest are forgotten first). ApprovalRecordAge is how long it
-	// remembers one (default 1h). A client's answer to a request forgotten is refused.
+	// ApprovalRecordAge is how long the gateway remembers its verdict on an approval
+	// request, with ApprovalsClient, to let the client answer only those Vigil let through
+	// (default 1h). ApprovalRecords bounds how many it remembers without a database
+	// (Options.Approvals nil; default 10000, the oldest forgotten first). A client's answer
+	// to a request forgotten is refused.
 	ApprovalRecords   int
 	ApprovalRecordAge time.Duration
 }
@@ -77,6 +79,10 @@ type Options struct {
 	// KeyOf returns the API key the request authenticated with (auth.KeyOf).
 	KeyOf func(ctx context.Context) (id, agentID string, ok bool)
 	Now   func() time.Time
+	// Approvals keeps the verdicts on approval requests with ApprovalsClient: the
+	// guardian's database, which every replica on it shares and which outlives a restart.
+	// Nil keeps them in the gateway's memory (Config.ApprovalRecords).
+	Approvals storage.Approvals
 }
 
 // Gateway serves /agentapi/NAME/process and /agentapi/NAME/health for one upstream.
@@ -91,7 +97,7 @@ type Gateway struct {
 	now    func() time.Time
 	// approvals remembers the verdicts on the approval requests judged, with
 	// ApprovalsClient (nil otherwise).
-	approvals *approvalLedger
+	approvals ledger
 }
 
 // New builds a gateway.
@@ -150,10 +156,15 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if gw.now == nil {
 		gw.now = time.Now
 	}
-	if cfg.Approvals == ApprovalsClient {
-		gw.approvals = newApprovalLedger(cfg.ApprovalRecords, cfg.ApprovalRecordAge, gw.now)
-	}
 	gw.log = gw.log.With("gateway", "agentapi", "upstream", cfg.Name)
+	switch {
+	case cfg.Approvals != ApprovalsClient:
+		// Vigil answers every approval request itself: no client's answer to check.
+	case opts.Approvals != nil:
+		gw.approvals = &storeLedger{store: opts.Approvals, age: cfg.ApprovalRecordAge, now: gw.now, log: gw.log}
+	default:
+		gw.approvals = memoryLedger{newApprovalLedger(cfg.ApprovalRecords, cfg.ApprovalRecordAge, gw.now)}
+	}
 	return gw, nil
 }
 
@@ -253,6 +264,14 @@ func (gw *Gateway) handleProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := gw.newTurn(w, r, req, received)
+	var failed *ledgerError
+	if errors.As(err, &failed) {
+		// As a step the guardian could not decide or record: fail closed, nothing sent up.
+		gw.log.Error("check approval answers", "session", req.sessionID, "err", failed.err)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody(codeGuardian,
+			"guardian unavailable: the approval answers could not be checked", req.sessionID, received))
+		return
+	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody(codeInvalidRequest, "invalid request: "+err.Error(), req.sessionID, received))
 		return

@@ -30,6 +30,7 @@ type stack struct {
 	agent    *fakeAgent
 	db       *sqlite.DB
 	holds    *holds.Manager
+	guardian *guardian.Guardian
 }
 
 const testRules = `
@@ -63,6 +64,13 @@ rules:
 
 func newStack(t testing.TB, ruleText string, cfg Config) *stack {
 	t.Helper()
+	return newStackWith(t, ruleText, cfg, nil)
+}
+
+// newStackWith is newStack with the gateway's options changed by opts (its decider is the
+// stack's guardian).
+func newStackWith(t testing.TB, ruleText string, cfg Config, opts func(s *stack, o *Options)) *stack {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vigil.db"), sqlite.Options{})
 	require.NoError(t, err)
@@ -83,14 +91,20 @@ func newStack(t testing.TB, ruleText string, cfg Config) *stack {
 	up := httptest.NewServer(agent)
 	t.Cleanup(up.Close)
 	cfg.Name, cfg.URL = "support", up.URL
-	gw, err := New(cfg, Options{Decider: g})
+	s := &stack{t: t, agentURL: up.URL, agent: agent, db: db, holds: hm, guardian: g}
+	o := Options{Decider: g}
+	if opts != nil {
+		opts(s, &o)
+	}
+	gw, err := New(cfg, o)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	gw.Register(mux)
 	mux.Handle("/", g.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &stack{t: t, url: srv.URL, agentURL: up.URL, agent: agent, db: db, holds: hm}
+	s.url = srv.URL
+	return s
 }
 
 func userRequest(text string, stream bool) string {

@@ -131,7 +131,7 @@ func (t *turn) run() {
 	if !ok || rejected {
 		if t.taken != nil {
 			// The answers never went up: the client may send them again.
-			t.gw.approvals.restore(t.taken)
+			t.restoreAnswers()
 		}
 		return
 	}

@@ -52,17 +52,18 @@ type tableWrites struct {
 // data.
 func writtenTables() []tableWrites {
 	return []tableWrites{
-		{"vigil_seq", []string{"UPDATE"}},                    // the counter every event takes its seq from
-		{"events", []string{"INSERT", "DELETE"}},             // every step and change; retention
-		{"steps", []string{"INSERT", "DELETE"}},              // every step; retention
-		{"sessions", []string{"INSERT", "UPDATE", "DELETE"}}, // every step, session controls; retention
-		{"holds", []string{"INSERT", "UPDATE"}},              // held steps and their decisions
-		{"audit", []string{"INSERT"}},                        // operators' actions
-		{"rules", []string{"INSERT", "UPDATE", "DELETE"}},    // rule edits
-		{"rule_versions", []string{"INSERT"}},                // each edit's version
-		{"api_keys", []string{"INSERT", "UPDATE"}},           // keys created, revoked, last used
-		{"users", []string{"INSERT", "UPDATE", "DELETE"}},    // operator accounts
-		{"auth_sessions", []string{"INSERT", "DELETE"}},      // sign-ins and sign-outs, expiry
+		{"vigil_seq", []string{"UPDATE"}},                     // the counter every event takes its seq from
+		{"events", []string{"INSERT", "DELETE"}},              // every step and change; retention
+		{"steps", []string{"INSERT", "DELETE"}},               // every step; retention
+		{"sessions", []string{"INSERT", "UPDATE", "DELETE"}},  // every step, session controls; retention
+		{"holds", []string{"INSERT", "UPDATE"}},               // held steps and their decisions
+		{"audit", []string{"INSERT"}},                         // operators' actions
+		{"rules", []string{"INSERT", "UPDATE", "DELETE"}},     // rule edits
+		{"rule_versions", []string{"INSERT"}},                 // each edit's version
+		{"api_keys", []string{"INSERT", "UPDATE"}},            // keys created, revoked, last used
+		{"users", []string{"INSERT", "UPDATE", "DELETE"}},     // operator accounts
+		{"auth_sessions", []string{"INSERT", "DELETE"}},       // sign-ins and sign-outs, expiry
+		{"approvals", []string{"INSERT", "UPDATE", "DELETE"}}, // the Agent API's approval requests
 	}
 }
 
