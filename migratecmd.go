@@ -30,7 +30,9 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 Copies a SQLite installation into an empty PostgreSQL database, in one transaction: steps
 with their seqs, events, sessions (with their pause/block controls and MCP client and
 server), holds, the audit log, rules with every version, API keys and operator accounts
-(console sign-ins are not copied: operators sign in again). Refuses a database that
+(console sign-ins are not copied: operators sign in again; nor are the Agent API
+gateway's verdicts on approval requests, kept an hour: a client asks the agent again).
+Refuses a database that
 already holds data, and a SQLite file a running guardian holds: stop the guardian first.
 
 Flags:
