@@ -13,6 +13,7 @@ import (
 	"github.com/vigil-guardian/vigil/guardian/auth"
 	"github.com/vigil-guardian/vigil/record"
 	"github.com/vigil-guardian/vigil/rules"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // aapSpecs is the repeatable --aap NAME=URL flag; VIGIL_AAP lists them comma-separated.
@@ -59,7 +60,16 @@ func (d *aapDecider) SessionRefusal(ctx context.Context, sessionID, keyID, keyAg
 }
 
 // aapMounts builds one AAP gateway per --aap NAME=URL, each behind the agent key check.
-func aapMounts(cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, log *slog.Logger) ([]func(*http.ServeMux), error) {
+// They seal the cursors of their session lists with the key secrets (the guardian's
+// database) keeps, so that a cursor opens on every replica and after a restart.
+func aapMounts(ctx context.Context, cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, secrets storage.Secrets, log *slog.Logger) ([]func(*http.ServeMux), error) {
+	if len(cfg.AAP.list) == 0 {
+		return nil, nil
+	}
+	cursorKey, err := aap.LoadCursorKey(ctx, secrets)
+	if err != nil {
+		return nil, fmt.Errorf("-aap: %w", err)
+	}
 	var mounts []func(*http.ServeMux)
 	may := aap.RulesMayWithhold(engine, nil)
 	for _, spec := range cfg.AAP.list {
@@ -69,7 +79,7 @@ func aapMounts(cfg Config, d *aapDecider, az *auth.Auth, engine *rules.Engine, l
 		}
 		gw, err := aap.New(aap.Options{
 			Name: name, Upstream: upstream, Decider: d, Logger: log,
-			MaxBodyBytes: cfg.MaxBodyBytes, MayWithhold: may, KeyOf: auth.KeyOf,
+			MaxBodyBytes: cfg.MaxBodyBytes, MayWithhold: may, KeyOf: auth.KeyOf, CursorKey: cursorKey,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("-aap: %w", err)

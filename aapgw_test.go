@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -206,4 +207,88 @@ func TestAAPOpeningUnderDefaultDeny(t *testing.T) {
 			require.Equal(t, c.want, status, body)
 		})
 	}
+}
+
+// firstOnly pages an AAP upstream's GET /sessions by one session, its next the listed
+// session's id (an upstream cursor that would name a session).
+func firstOnly(inner http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/sessions" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		inner.ServeHTTP(rec, r)
+		var all struct {
+			Sessions []struct {
+				SessionID string `json:"sessionId"`
+			} `json:"sessions"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &all); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		start := 0
+		for i, s := range all.Sessions {
+			if s.SessionID == r.URL.Query().Get("after") {
+				start = i + 1
+			}
+		}
+		out := map[string]any{"sessions": all.Sessions[start:min(start+1, len(all.Sessions))]}
+		if start+1 < len(all.Sessions) {
+			out["next"] = all.Sessions[start].SessionID
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+// The cursors of an AAP gateway's session list are sealed with a key the database keeps:
+// a cursor given out before a restart still opens after it, and none tells the upstream's
+// cursor.
+func TestAAPListCursorSurvivesRestart(t *testing.T) {
+	up := httptest.NewServer(firstOnly(aaptest.New()))
+	defer up.Close()
+	db := filepath.Join(t.TempDir(), "vigil.db")
+	k1 := aapKey(t, db, "k1")
+	start := func() *server {
+		cfg := testConfig(t, db)
+		require.NoError(t, cfg.AAP.Set("demo="+up.URL))
+		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		return srv
+	}
+	srv := start()
+	for range 3 {
+		status, body := aapRequest(t, "POST", srv.URL+"/aap/demo/sessions", k1, `{"agent":{"name":"guarded-agent"}}`)
+		require.Equal(t, http.StatusCreated, status, body)
+	}
+	type page struct {
+		Sessions []struct{ SessionID string }
+		Next     string
+	}
+	list := func(srv *server, after string) page {
+		t.Helper()
+		status, body := aapRequest(t, "GET", srv.URL+"/aap/demo/sessions?after="+url.QueryEscape(after), k1, "")
+		if after == "" {
+			status, body = aapRequest(t, "GET", srv.URL+"/aap/demo/sessions", k1, "")
+		}
+		require.Equal(t, http.StatusOK, status, body)
+		var p page
+		require.NoError(t, json.Unmarshal([]byte(body), &p), body)
+		return p
+	}
+	first := list(srv, "")
+	require.Len(t, first.Sessions, 1)
+	require.True(t, strings.HasPrefix(first.Next, "vigil2."), "a sealed cursor, not the upstream's: %q", first.Next)
+
+	require.NoError(t, srv.Shutdown(5*time.Second))
+	srv = start()
+	defer func() { require.NoError(t, srv.Shutdown(5*time.Second)) }()
+	second := list(srv, first.Next)
+	require.Len(t, second.Sessions, 1)
+	require.NotEqual(t, first.Sessions[0].SessionID, second.Sessions[0].SessionID)
+	third := list(srv, second.Next)
+	require.Len(t, third.Sessions, 1)
+	require.Empty(t, third.Next)
 }

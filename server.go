@@ -303,7 +303,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return fail(err)
 	}
 	aapGW := &aapDecider{}
-	aapRoutes, err := aapMounts(cfg, aapGW, az, engine, log)
+	aapRoutes, err := aapMounts(ctx, cfg, aapGW, az, engine, db, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,6 +1,6 @@
 // Package storage names what a storage backend provides: Backend, the methods the guardian,
-// its console API, holds, rules, team mode, the live stream and the Agent API gateway's
-// approvals ledger use. storage/sqlite (the default, one process) and storage/postgres
+// its console API, holds, rules, team mode, the live stream, the Agent API gateway's
+// approvals ledger and the gateways' secrets use. storage/sqlite (the default, one process) and storage/postgres
 // (shared by replicas) implement it, and both pass the conformance suite in
 // storage/storetest; shared.go holds what both do alike and what readers of the event log
 // share (the retention loop, search snippets, the newest seq). Only package main picks a
@@ -10,6 +10,7 @@ package storage
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ type Backend interface {
 	Rules
 	Auth
 	Approvals
+	Secrets
 	Maintenance
 	Close() error
 }
@@ -217,4 +219,37 @@ type Approvals interface {
 	// PruneApprovals deletes the requests recorded maxAge or longer before now and returns
 	// how many it deleted.
 	PruneApprovals(ctx context.Context, now time.Time, maxAge time.Duration) (int64, error)
+}
+
+// Secrets keeps small random secrets by name, which every guardian sharing the database
+// must agree on and which outlive a restart: the AAP gateway's key for the list cursors it
+// seals, which a client may send back to any replica. A secret never leaves the database
+// through Vigil: it is not logged, exported or copied by `vigil migrate` (a new one only
+// makes what was sealed with the old one unreadable).
+type Secrets interface {
+	// Secret returns the secret named name, size random bytes made on its first use and
+	// the same on every call after it, from any guardian sharing the database: two asking
+	// first at once agree on one of theirs. A secret stored with another size is an error.
+	Secret(ctx context.Context, name string, size int) ([]byte, error)
+}
+
+// NewSecret is a secret as Secrets makes them: size bytes from crypto/rand.
+func NewSecret(size int) ([]byte, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("storage: a secret of %d bytes", size)
+	}
+	b := make([]byte, size)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("storage: make a secret: %w", err)
+	}
+	return b, nil
+}
+
+// CheckSecret is the error for a stored secret of the wrong size, nil when it has size
+// bytes.
+func CheckSecret(name string, got []byte, size int) error {
+	if len(got) != size {
+		return fmt.Errorf("storage: the secret %q has %d bytes, not %d", name, len(got), size)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ package aap
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,11 @@ type Options struct {
 	KeyOf func(ctx context.Context) (id, agentID string, ok bool)
 	// Now is the clock.
 	Now func() time.Time
+	// CursorKey seals the cursors of GET /sessions (CursorKeySize bytes): the guardian's
+	// database keeps it (storage.Secrets), so that a cursor one replica gave out opens on
+	// every replica sharing the database and after a restart. Nil makes a random key, good
+	// for this gateway only.
+	CursorKey []byte
 }
 
 // Gateway serves one AAP upstream under /aap/NAME.
@@ -72,6 +78,7 @@ type Gateway struct {
 	log      *slog.Logger
 	sessions *sessionCache
 	meta     metaCache
+	cursors  cipher.AEAD // seals the list's cursors (Options.CursorKey)
 }
 
 // ParseSpec reads a --aap value NAME=URL.
@@ -136,8 +143,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	cursors, err := newCursorAEAD(opts.CursorKey)
+	if err != nil {
+		return nil, fmt.Errorf("aap gateway %s: %w", opts.Name, err)
+	}
 	g := &Gateway{opts: opts, base: base, prefix: "/aap/" + opts.Name, client: opts.Client, log: opts.Logger,
-		sessions: newSessionCache(opts.MaxSessions)}
+		sessions: newSessionCache(opts.MaxSessions), cursors: cursors}
 	if g.client == nil {
 		g.client = &http.Client{}
 	}

@@ -86,10 +86,13 @@ func (p *pager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or "id/agent".
 type ownerEnv struct {
 	t        *testing.T
+	db       *sqlite.DB
 	upstream *aaptest.Server
 	pager    *pager
 	up       *httptest.Server
+	gw       *aap.Gateway
 	front    *httptest.Server
+	opts     aap.Options
 }
 
 type testKeyCtx struct{}
@@ -102,21 +105,28 @@ func newOwnerEnv(t *testing.T, p *pager, mod ...func(*aap.Options)) *ownerEnv {
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db})
 	require.NoError(t, err)
-	e := &ownerEnv{t: t, upstream: aaptest.New(), pager: p}
+	e := &ownerEnv{t: t, db: db, upstream: aaptest.New(), pager: p}
 	p.inner = e.upstream
 	e.up = httptest.NewServer(p)
 	t.Cleanup(e.up.Close)
-	opts := aap.Options{Name: "demo", Upstream: e.up.URL, Decider: g,
+	e.opts = aap.Options{Name: "demo", Upstream: e.up.URL, Decider: g,
 		KeyOf: func(ctx context.Context) (string, string, bool) {
 			k, _ := ctx.Value(testKeyCtx{}).(string)
 			id, agent, _ := strings.Cut(k, "/")
 			return id, agent, k != ""
 		}}
 	for _, m := range mod {
-		m(&opts)
+		m(&e.opts)
 	}
+	e.gw, e.front = e.newFront(e.opts)
+	return e
+}
+
+// newFront serves a gateway built with opts, before the same upstream and guardian.
+func (e *ownerEnv) newFront(opts aap.Options) (*aap.Gateway, *httptest.Server) {
+	e.t.Helper()
 	gw, err := aap.New(opts)
-	require.NoError(t, err)
+	require.NoError(e.t, err)
 	mux := http.NewServeMux()
 	gw.Register(mux, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,9 +136,17 @@ func newOwnerEnv(t *testing.T, p *pager, mod ...func(*aap.Options)) *ownerEnv {
 			h.ServeHTTP(w, r)
 		})
 	})
-	e.front = httptest.NewServer(mux)
-	t.Cleanup(e.front.Close)
-	return e
+	front := httptest.NewServer(mux)
+	e.t.Cleanup(front.Close)
+	return gw, front
+}
+
+// replica is e with its requests sent to another gateway built with opts: another
+// replica, or the guardian restarted.
+func (e *ownerEnv) replica(opts aap.Options) *ownerEnv {
+	r := *e
+	r.gw, r.front = e.newFront(opts)
+	return &r
 }
 
 func (e *ownerEnv) do(method, path, key, body string) (int, string) {
@@ -330,7 +348,7 @@ func TestListCursorOfHiddenSession(t *testing.T) {
 	e.open("key_2", `{"agent":{"name":"guarded-agent"}}`)
 	key := "key_2"
 	cursor := func(last string) *string {
-		c := "vigil1." + base64.RawURLEncoding.EncodeToString([]byte(`{"s":"`+last+`"}`))
+		c := e.gw.SealListCursor(key, nil, last)
 		return &c
 	}
 	hidden := e.list(&key, cursor("sess_2"))
@@ -341,9 +359,9 @@ func TestListCursorOfHiddenSession(t *testing.T) {
 	require.Equal(t, []string{"sess_3", "sess_4"}, e.list(&key, cursor("sess_1")).ids)
 	require.Equal(t, []string{"sess_4"}, e.list(&key, cursor("sess_3")).ids)
 
-	status, body := e.do("GET", "/sessions?after=vigil1.not-base64!", key, "")
+	status, body := e.do("GET", "/sessions?after=vigil2.not-base64!", key, "")
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, "after: not a cursor of this list")
+	require.Equal(t, `{"error":"after: not a cursor of this list"}`+"\n", body)
 }
 
 // The sessions of one page are at most MaxUpstreamBytes of JSON, about: past it the page
@@ -383,4 +401,164 @@ func TestListUpstreamFailsOnLaterPage(t *testing.T) {
 	status, body := e.do("GET", "/sessions?after="+url.QueryEscape(*first.next), key, "")
 	require.Equal(t, http.StatusInternalServerError, status, body)
 	require.Equal(t, "Internal Server Error\n", body)
+}
+
+// requireSealed requires next to be a cursor of Vigil's that tells nothing in clear: no
+// session id (the upstream's cursors here are ids, and a hidden session's would tell of
+// it) in the cursor or in its base64 decoded.
+func requireSealed(t *testing.T, next string, ids []string) {
+	t.Helper()
+	enc, ok := strings.CutPrefix(next, "vigil2.")
+	require.True(t, ok, "a cursor of Vigil's: %q", next)
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	require.NoError(t, err, next)
+	for _, id := range ids {
+		require.NotContains(t, next, id)
+		require.NotContains(t, string(raw), id, "cursor %q", next)
+	}
+	require.NotContains(t, string(raw), "sess_")
+}
+
+// Every next is a sealed cursor of Vigil's, also when the page ends where an upstream page
+// does (where the upstream's cursor, the id of the last session of its page, hidden or
+// not, went to the client before), and following them lists every session the key may
+// see, once, to the end.
+func TestListCursorsAreSealed(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		offsets bool
+		owners  []string // the key opening each session, in order
+		key     string
+		want    []string
+		pages   int
+	}{
+		// Pages of 2 of the key's own: each ends where the upstream's does.
+		{"at upstream page ends", false, []string{"key_1", "key_1", "key_1", "key_1", "key_1"}, "key_1",
+			[]string{"sess_1", "sess_2", "sess_3", "sess_4", "sess_5"}, 3},
+		// The upstream's pages end at sessions of key_1, hidden from key_2.
+		{"after hidden sessions", false, []string{"key_2", "key_1", "key_2", "key_1", "key_2", "key_2"}, "key_2",
+			[]string{"sess_1", "sess_3", "sess_5", "sess_6"}, 2},
+		// Offsets of one digit and of two: the cursors' lengths do not tell them apart.
+		{"offsets", true, slices.Repeat([]string{"key_1"}, 12), "key_1",
+			[]string{"sess_1", "sess_2", "sess_3", "sess_4", "sess_5", "sess_6", "sess_7", "sess_8", "sess_9", "sess_10", "sess_11", "sess_12"}, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newOwnerEnv(t, &pager{size: 2, offsets: c.offsets})
+			for _, k := range c.owners {
+				e.open(k, `{"agent":{"name":"guarded-agent"}}`)
+			}
+			pages := e.listAll(c.key, 10)
+			require.Equal(t, c.want, pageIDs(pages))
+			require.Len(t, pages, c.pages)
+			for _, p := range pages[:len(pages)-1] {
+				require.NotNil(t, p.next, p.raw)
+				requireSealed(t, *p.next, e.upstream.Sessions())
+				require.Len(t, *p.next, len(*pages[0].next), "every cursor of the list is as long")
+			}
+			// Two cursors of one place differ (a random nonce), so neither tells where it is.
+			first := e.list(&c.key, nil)
+			require.NotEqual(t, *pages[0].next, *first.next)
+			require.Equal(t, pages[1].ids, e.list(&c.key, first.next).ids)
+		})
+	}
+}
+
+// A cursor Vigil did not give to the key sending it is refused with a 400, as a malformed
+// one: altered, another key's, the upstream's own (which went to clients before), or of the
+// earlier forms.
+func TestListRefusesForeignCursors(t *testing.T) {
+	e := newOwnerEnv(t, &pager{size: 2})
+	for range 3 {
+		e.open("key_1", `{"agent":{"name":"guarded-agent"}}`)
+	}
+	e.open("key_2", `{"agent":{"name":"guarded-agent"}}`)
+	key1 := "key_1"
+	next := e.list(&key1, nil).next
+	require.NotNil(t, next)
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(*next, "vigil2."))
+	require.NoError(t, err)
+	flipped := func(i int) string {
+		b := slices.Clone(raw)
+		b[i] ^= 1
+		return "vigil2." + base64.RawURLEncoding.EncodeToString(b)
+	}
+	cases := []struct{ name, key, after string }{
+		{"another key's", "key_2", *next},
+		{"no key's", "", *next},
+		{"another agent's key", "key_1/other-agent", ""}, // after set below: the same key id
+		{"nonce flipped", "key_1", flipped(0)},
+		{"text flipped", "key_1", flipped(len(raw) / 2)},
+		{"tag flipped", "key_1", flipped(len(raw) - 1)},
+		{"truncated", "key_1", "vigil2." + base64.RawURLEncoding.EncodeToString(raw[:len(raw)-1])},
+		{"too short", "key_1", "vigil2.AAAA"},
+		{"empty", "key_1", ""},
+		{"upstream's", "key_1", "sess_2"},
+		{"offset", "key_1", "2"},
+		{"vigil1", "key_1", "vigil1." + base64.RawURLEncoding.EncodeToString([]byte(`{"a":"sess_2","s":"sess_3"}`))},
+		{"bad base64", "key_1", "vigil2.not-base64!"},
+	}
+	for _, c := range cases {
+		if c.name == "another agent's key" {
+			// The cursor is bound to the key id, not to the agent its key is scoped to:
+			// that is the same key's.
+			status, body := e.do("GET", "/sessions?after="+url.QueryEscape(*next), c.key, "")
+			require.Equal(t, http.StatusOK, status, body)
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			status, body := e.do("GET", "/sessions?after="+url.QueryEscape(c.after), c.key, "")
+			require.Equal(t, http.StatusBadRequest, status, body)
+			require.Equal(t, `{"error":"after: not a cursor of this list"}`+"\n", body)
+		})
+	}
+	status, body := e.do("GET", "/sessions?after="+url.QueryEscape(*next), "key_1", "")
+	require.Equal(t, http.StatusOK, status, body)
+}
+
+// The key a gateway seals its cursors with is kept in the guardian's database: a gateway
+// built on the same store (another replica, or the guardian restarted) opens the cursors
+// of the first, and paging may go back and forth between them; one with a key of its own
+// refuses them.
+func TestListCursorsOpenOnEveryReplica(t *testing.T) {
+	ctx := context.Background()
+	e := newOwnerEnv(t, &pager{size: 2})
+	for _, k := range []string{"key_1", "key_2", "key_1", "key_1", "key_2", "key_1", "key_1"} {
+		e.open(k, `{"agent":{"name":"guarded-agent"}}`)
+	}
+	// Each replica reads the key as it starts: the first makes it, the next finds it.
+	replica := func() *ownerEnv {
+		key, err := aap.LoadCursorKey(ctx, e.db)
+		require.NoError(t, err)
+		require.Len(t, key, aap.CursorKeySize)
+		opts := e.opts
+		opts.CursorKey = key
+		return e.replica(opts)
+	}
+	one, other := replica(), replica()
+
+	key1 := "key_1"
+	var ids []string
+	var after *string
+	for i := 0; ; i++ {
+		p := []*ownerEnv{one, other}[i%2].list(&key1, after)
+		ids = append(ids, p.ids...)
+		if p.next == nil {
+			break
+		}
+		require.Less(t, i, 10)
+		after = p.next
+	}
+	require.Equal(t, []string{"sess_1", "sess_3", "sess_4", "sess_6", "sess_7"}, ids)
+
+	// e's gateway has a key of its own (none given).
+	first := one.list(&key1, nil)
+	stranger := e
+	status, body := stranger.do("GET", "/sessions?after="+url.QueryEscape(*first.next), key1, "")
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body, "after: not a cursor of this list")
+
+	opts := e.opts
+	opts.CursorKey = make([]byte, 16)
+	_, err := aap.New(opts)
+	require.ErrorContains(t, err, "cursor key")
 }

@@ -3,7 +3,11 @@ package aap
 import (
 	"container/list"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vigil-guardian/vigil/guardian/aos"
+	"github.com/vigil-guardian/vigil/storage"
 )
 
 // session is what the gateway knows of one upstream session.
@@ -337,9 +342,31 @@ func (g *Gateway) deleteUpstream(r *http.Request, id string) {
 	resp.Body.Close()
 }
 
-// listCursorPrefix marks a GET /sessions cursor of the gateway's own: one that resumes in
-// the middle of an upstream page. Any other cursor is the upstream's and goes up as it is.
-const listCursorPrefix = "vigil1."
+// listCursorPrefix marks a GET /sessions cursor: every next the gateway gives out is one
+// of its own, sealed (see sealListCursor), never the upstream's.
+const listCursorPrefix = "vigil2."
+
+// CursorKeySize is the size of Options.CursorKey: an AES-256 key.
+const CursorKeySize = 32
+
+// CursorKeyName names the cursor key among the database's secrets (storage.Secrets).
+const CursorKeyName = "aap-list-cursor"
+
+// LoadCursorKey is the cursor key the guardian's database keeps for every AAP gateway of
+// every replica on it, made on first use: Options.CursorKey.
+func LoadCursorKey(ctx context.Context, secrets storage.Secrets) ([]byte, error) {
+	key, err := secrets.Secret(ctx, CursorKeyName, CursorKeySize)
+	if err != nil {
+		return nil, fmt.Errorf("aap gateway: the list cursors' key: %w", err)
+	}
+	return key, nil
+}
+
+// errNotACursor is the refusal of an after the gateway cannot open: not its prefix or
+// base64, altered, given to another key or by another gateway, the upstream's own, or of
+// an older form (vigil1.). It says no more than that: which of these it was is nobody's
+// business but the gateway's.
+var errNotACursor = errors.New("after: not a cursor of this list")
 
 // listMaxPages bounds the upstream pages one GET /sessions reads to fill a client's page:
 // a key that sees few of many sessions gets a short page with a cursor rather than make
@@ -350,35 +377,110 @@ const listMaxPages = 8
 // fetched with After (nil: the first page). The upstream's cursor is kept as it gave it;
 // Last is a session the client was shown.
 type listCursor struct {
-	After *string `json:"a,omitempty"`
-	Last  string  `json:"s,omitempty"`
+	After *string
+	Last  string
 }
 
-// encodeListCursor is the cursor a client sends as after to get what follows: the
-// upstream's own when the page ends where an upstream page does.
-func encodeListCursor(c listCursor) string {
-	if c.Last == "" && c.After != nil && !strings.HasPrefix(*c.After, listCursorPrefix) {
-		return *c.After
+// newCursorAEAD is the AES-256-GCM the gateway seals its list cursors with; key nil makes
+// a random one, good for this process only.
+func newCursorAEAD(key []byte) (cipher.AEAD, error) {
+	if key == nil {
+		key = make([]byte, CursorKeySize)
+		_, _ = rand.Read(key) // never fails: crypto/rand crashes the program instead
 	}
-	return listCursorPrefix + base64.RawURLEncoding.EncodeToString(mustJSON(c))
+	if len(key) != CursorKeySize {
+		return nil, fmt.Errorf("a cursor key has %d bytes, not %d", len(key), CursorKeySize)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
 }
 
-func decodeListCursor(after string, present bool) (listCursor, error) {
+// cursorAAD binds a cursor to the gateway (its upstream's name) and to the API key it was
+// given to: authenticated, not stored in it, so that it opens only for that key there.
+func (g *Gateway) cursorAAD(keyID string) []byte {
+	aad := append([]byte(listCursorPrefix), byte(len(g.opts.Name)))
+	aad = append(aad, g.opts.Name...)
+	return append(aad, keyID...)
+}
+
+// cursorPad is what a cursor's plain text is padded to a multiple of: its length tells
+// little of the upstream's cursor and of the session ids inside (an offset's digits, say).
+const cursorPad = 32
+
+// sealListCursor is the cursor a client of key keyID sends as after to get what follows.
+// The upstream's cursor and the last session shown are inside, encrypted and
+// authenticated: an upstream cursor is often a session id or an offset, which would tell
+// the client of sessions hidden from it or how many there are, and a cursor the client
+// could write would let it name where to resume. Plain text: a flag byte (1: After is
+// set), After's length as a uvarint and its bytes when set, Last's the same way, then
+// zeros to a multiple of cursorPad.
+func (g *Gateway) sealListCursor(c listCursor, keyID string) string {
+	size := 1 + 2*binary.MaxVarintLen64 + len(c.Last) + cursorPad
+	if c.After != nil {
+		size += len(*c.After)
+	}
+	plain := make([]byte, 1, size)
+	if c.After != nil {
+		plain[0] = 1
+		plain = binary.AppendUvarint(plain, uint64(len(*c.After)))
+		plain = append(plain, *c.After...)
+	}
+	plain = binary.AppendUvarint(plain, uint64(len(c.Last)))
+	plain = append(plain, c.Last...)
+	plain = append(plain, make([]byte, (cursorPad-len(plain)%cursorPad)%cursorPad)...)
+	ns := g.cursors.NonceSize()
+	sealed := make([]byte, ns, ns+len(plain)+g.cursors.Overhead())
+	_, _ = rand.Read(sealed)
+	sealed = g.cursors.Seal(sealed, sealed, plain, g.cursorAAD(keyID))
+	return listCursorPrefix + base64.RawURLEncoding.EncodeToString(sealed)
+}
+
+// openListCursor reads the after a request of key keyID sent (the first page when
+// absent); errNotACursor when it is not one the gateway sealed for that key.
+func (g *Gateway) openListCursor(after string, present bool, keyID string) (listCursor, error) {
 	if !present {
 		return listCursor{}, nil
 	}
 	enc, ours := strings.CutPrefix(after, listCursorPrefix)
 	if !ours {
-		return listCursor{After: &after}, nil
+		return listCursor{}, errNotACursor
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(enc)
+	ns := g.cursors.NonceSize()
+	if err != nil || len(sealed) < ns+g.cursors.Overhead() {
+		return listCursor{}, errNotACursor
+	}
+	plain, err := g.cursors.Open(nil, sealed[:ns], sealed[ns:], g.cursorAAD(keyID))
+	if err != nil || len(plain) == 0 || plain[0] > 1 {
+		return listCursor{}, errNotACursor
+	}
+	rest := plain[1:]
+	// field reads a uvarint length and that many bytes from rest.
+	field := func() (string, bool) {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return "", false
+		}
+		f := string(rest[w : w+int(n)])
+		rest = rest[w+int(n):]
+		return f, true
 	}
 	var c listCursor
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
-	if err == nil {
-		err = json.Unmarshal(raw, &c)
+	if plain[0] == 1 {
+		a, ok := field()
+		if !ok {
+			return listCursor{}, errNotACursor
+		}
+		c.After = &a
 	}
-	if err != nil {
-		return listCursor{}, fmt.Errorf("after: not a cursor of this list: %w", err)
+	last, ok := field()
+	if !ok {
+		return listCursor{}, errNotACursor
 	}
+	c.Last = last
 	return c, nil
 }
 
@@ -442,7 +544,8 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed query: "+err.Error())
 		return
 	}
-	cur, err := decodeListCursor(query.Get("after"), query.Has("after"))
+	keyID := g.requestMeta(r).KeyID
+	cur, err := g.openListCursor(query.Get("after"), query.Has("after"), keyID)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -452,7 +555,7 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
 		// sits in the list is nobody else's business.
 		cur.Last = ""
 	}
-	out, next, ok := g.listVisible(w, r, query, cur)
+	out, next, ok := g.listVisible(w, r, query, cur, keyID)
 	if !ok {
 		return
 	}
@@ -469,7 +572,7 @@ func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
 // listVisible collects one client page of the sessions the request may see, from cur on,
 // and the cursor of what follows ("" for nothing more). ok is false when the client was
 // answered already (the first upstream page failed).
-func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.Values, cur listCursor) (out []json.RawMessage, next string, ok bool) {
+func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.Values, cur listCursor, keyID string) (out []json.RawMessage, next string, ok bool) {
 	out = []json.RawMessage{}
 	after := cur.After
 	size, want := 0, 0
@@ -484,7 +587,7 @@ func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.
 		case err != nil:
 			// The pages so far are listed; the client's next request meets the failure.
 			g.log.Warn("list sessions: stopped at an upstream page", "err", err)
-			return out, encodeListCursor(listCursor{After: after}), true
+			return out, g.sealListCursor(listCursor{After: after}, keyID), true
 		}
 		if n == 0 {
 			want = max(len(page.sessions), 1)
@@ -507,7 +610,7 @@ func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.
 			if len(out) == want || (len(out) > 0 && int64(size+len(b)) > g.opts.MaxUpstreamBytes) {
 				// Full before this upstream page ends: the next request resumes in it (reads
 				// it again when nothing of it was listed).
-				return out, encodeListCursor(listCursor{After: after, Last: last}), true
+				return out, g.sealListCursor(listCursor{After: after, Last: last}, keyID), true
 			}
 			out = append(out, b)
 			size += len(b)
@@ -517,7 +620,7 @@ func (g *Gateway) listVisible(w http.ResponseWriter, r *http.Request, query url.
 		case page.next == "":
 			return out, "", true
 		case len(out) == want || n+1 == listMaxPages:
-			return out, encodeListCursor(listCursor{After: &page.next}), true
+			return out, g.sealListCursor(listCursor{After: &page.next}, keyID), true
 		}
 		after = &page.next
 	}

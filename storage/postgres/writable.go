@@ -64,6 +64,7 @@ func writtenTables() []tableWrites {
 		{"users", []string{"INSERT", "UPDATE", "DELETE"}},     // operator accounts
 		{"auth_sessions", []string{"INSERT", "DELETE"}},       // sign-ins and sign-outs, expiry
 		{"approvals", []string{"INSERT", "UPDATE", "DELETE"}}, // the Agent API's approval requests
+		{"secrets", []string{"INSERT"}},                       // the AAP gateway's cursor key, made once
 	}
 }
 

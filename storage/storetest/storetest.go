@@ -39,7 +39,7 @@ type testCase struct {
 func Run(t *testing.T, open Open) {
 	var cases []testCase
 	for _, group := range [][]testCase{stepCases, eventCases, sessionCases, peerCases, holdCases, auditCases,
-		ruleCases, ruleConditionCases, authCases, approvalCases, searchCases, statsCases, maintenanceCases, writableCases} {
+		ruleCases, ruleConditionCases, authCases, approvalCases, secretCases, searchCases, statsCases, maintenanceCases, writableCases} {
 		cases = append(cases, group...)
 	}
 	for _, tc := range cases {
