@@ -263,7 +263,7 @@ func keyBytes(keys []approvalKey) [][]byte {
 //
 // Its reason, though, is text the client writes and the agent reads (the runtime hands it
 // to the model with the answer), so it is judged as the client's messages are; see
-// answerReasons.
+// readAnswer and turn.reasons.
 type approvalData struct {
 	ApprovalRequestID *string `json:"approval_request_id"`
 	Reason            *string `json:"reason"`
@@ -273,55 +273,42 @@ var approvalDataMembers = []string{"approval_request_id", "reason"}
 
 func (*approvalData) members() []string { return approvalDataMembers }
 
-// answeredIDs returns the ids of the approval requests an mcp_approval_response answers:
+// readAnswer returns the ids of the approval requests an mcp_approval_response answers:
 // one for each content part, every part a data part naming one (a part that names none
-// could be read by the upstream otherwise than the gateway reads it, so it is refused).
-func answeredIDs(m *message) ([]string, error) {
+// could be read by the upstream otherwise than the gateway reads it, so it is refused);
+// and the reason each part gives with its answer, nil where it gives none or an empty one,
+// reasons itself nil when no part gives one.
+func readAnswer(m *message) (ids []string, reasons []*string, err error) {
 	const want = "want a data part whose approval_request_id names the approval request it answers"
 	if len(m.Content) == 0 {
-		return nil, &fieldError{"content", want}
+		return nil, nil, &fieldError{"content", want}
 	}
 	parts, err := readParts(m)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ids := make([]string, len(parts))
+	ids = make([]string, len(parts))
 	for j, c := range parts {
 		path := fmt.Sprintf("content[%d]", j)
 		if len(c.Data) == 0 || isNull(c.Data) {
-			return nil, &fieldError{path, want}
+			return nil, nil, &fieldError{path, want}
 		}
 		var d approvalData
 		if err := decodeExact(c.Data, &d); err != nil {
-			return nil, under(path+".data", err)
+			return nil, nil, under(path+".data", err)
 		}
 		if d.ApprovalRequestID == nil {
-			return nil, &fieldError{path + ".data.approval_request_id", "required: the id of the approval request answered"}
+			return nil, nil, &fieldError{path + ".data.approval_request_id", "required: the id of the approval request answered"}
 		}
 		ids[j] = *d.ApprovalRequestID
-	}
-	return ids, nil
-}
-
-// answerReasons returns the reason each content part of an mcp_approval_response gives
-// with its answer, nil where a part gives none or an empty one, and whether any does. The
-// message was read by answeredIDs when the turn was admitted, so its parts decode.
-func answerReasons(m *message) (reasons []*string, some bool, err error) {
-	parts, err := readParts(m)
-	if err != nil {
-		return nil, false, err
-	}
-	reasons = make([]*string, len(parts))
-	for j, c := range parts {
-		var d approvalData
-		if err := decodeExact(c.Data, &d); err != nil {
-			return nil, false, under(fmt.Sprintf("content[%d].data", j), err)
-		}
 		if d.Reason != nil && *d.Reason != "" {
-			reasons[j], some = d.Reason, true
+			if reasons == nil {
+				reasons = make([]*string, len(parts))
+			}
+			reasons[j] = d.Reason
 		}
 	}
-	return reasons, some, nil
+	return ids, reasons, nil
 }
 
 // withReasons returns the mcp_approval_response raw with the reason of each part j for
@@ -332,16 +319,8 @@ func withReasons(raw []byte, m *message, reasons []*string) ([]byte, error) {
 		if r == nil || j >= len(parts) {
 			continue
 		}
-		var c map[string]json.RawMessage
-		if err := json.Unmarshal(parts[j], &c); err != nil {
-			return nil, err
-		}
-		v, _ := json.Marshal(*r)
-		data, err := setKey(c["data"], "reason", v)
-		if err != nil {
-			return nil, err
-		}
-		if parts[j], err = setKey(parts[j], "data", data); err != nil {
+		var err error
+		if parts[j], err = setDataMember(parts[j], "reason", *r); err != nil {
 			return nil, err
 		}
 	}
@@ -369,9 +348,15 @@ func (t *turn) admitAnswers() error {
 			// request asked in another can be answered in it.
 			return &fieldError{item, "an mcp_approval_response needs the session_id of the request whose answer asked for it"}
 		}
-		answered, err := answeredIDs(&t.req.items[i])
+		answered, reasons, err := readAnswer(&t.req.items[i])
 		if err != nil {
 			return under(item, err)
+		}
+		if reasons != nil {
+			if t.reasons == nil {
+				t.reasons = map[int][]*string{}
+			}
+			t.reasons[i] = reasons
 		}
 		for _, id := range answered {
 			if j, dup := seen[id]; dup {

@@ -77,11 +77,15 @@ func (s *stepper) messageStep(m *message, role string) (*aos.Step, error) {
 		// rules still see it; a modification of that placeholder maps to no part.
 		parts = append(parts, map[string]any{"kind": "text", "text": ""})
 	}
-	id := m.ID
-	if id == "" {
-		id = "msg-" + strconv.Itoa(s.n+1)
+	return s.build("steps/message", map[string]any{"message": map[string]any{"id": s.messageID(m), "role": role, "content": parts}})
+}
+
+// messageID is the id of m's steps/message: its own, else one the stepper numbers.
+func (s *stepper) messageID(m *message) string {
+	if m.ID != "" {
+		return m.ID
 	}
-	return s.build("steps/message", map[string]any{"message": map[string]any{"id": id, "role": role, "content": parts}})
+	return "msg-" + strconv.Itoa(s.n+1)
 }
 
 // answerStep is the steps/message (role user) of the reasons a client's
@@ -96,11 +100,7 @@ func (s *stepper) answerStep(m *message, reasons []*string) (*aos.Step, error) {
 		}
 		parts[j] = map[string]any{"kind": "text", "text": text}
 	}
-	id := m.ID
-	if id == "" {
-		id = "msg-" + strconv.Itoa(s.n+1)
-	}
-	return s.build("steps/message", map[string]any{"message": map[string]any{"id": id, "role": "user", "content": parts}})
+	return s.build("steps/message", map[string]any{"message": map[string]any{"id": s.messageID(m), "role": "user", "content": parts}})
 }
 
 // callOf returns the call data of a tool call or tool output message (the data of its
@@ -253,8 +253,19 @@ func withNotice(raw []byte, id, text string) ([]byte, error) {
 // rewriteCall returns a call or output message with member key ("arguments", "output") of
 // its call data at part index set to val.
 func rewriteCall(raw []byte, m *message, index int, key string, val string) ([]byte, error) {
+	part, err := setDataMember(m.Content[index], key, val)
+	if err != nil {
+		return nil, err
+	}
+	parts := append([]json.RawMessage(nil), m.Content...)
+	parts[index] = part
+	return setContent(raw, parts)
+}
+
+// setDataMember returns the content part part with member key of its data set to val.
+func setDataMember(part json.RawMessage, key, val string) (json.RawMessage, error) {
 	var c map[string]json.RawMessage
-	if err := json.Unmarshal(m.Content[index], &c); err != nil {
+	if err := json.Unmarshal(part, &c); err != nil {
 		return nil, err
 	}
 	v, _ := json.Marshal(val)
@@ -262,13 +273,7 @@ func rewriteCall(raw []byte, m *message, index int, key string, val string) ([]b
 	if err != nil {
 		return nil, err
 	}
-	part, err := setKey(m.Content[index], "data", data)
-	if err != nil {
-		return nil, err
-	}
-	parts := append([]json.RawMessage(nil), m.Content...)
-	parts[index] = part
-	return setContent(raw, parts)
+	return setKey(part, "data", data)
 }
 
 // modifiedArguments is the arguments text of a modified steps/toolCallRequest: a JSON

@@ -59,6 +59,9 @@ type turn struct {
 	// taken are the approval requests the client's input answers, marked answered in the
 	// gateway's ledger; made answerable again when the turn does not send the input up.
 	taken []approvalKey
+	// reasons are, by input index, the reasons the client's mcp_approval_responses give
+	// with their answers (readAnswer), for judgeInput; absent for an answer without one.
+	reasons map[int][]*string
 	// appError: the upstream sent the runtime's application error ({"error": …}), after
 	// which its stream may end without a final response.
 	appError bool
@@ -317,14 +320,11 @@ func (t *turn) judgeInput() (body []byte, rejected, ok bool) {
 			step, err = t.st.messageStep(m, "user")
 		case m.Type == typeMCPApprovalResponse:
 			// Only the reason is the client's text: the answer itself was admitted (or
-			// refused) by admitAnswers.
-			var some bool
-			if reasons, some, err = answerReasons(m); err == nil {
-				if !some {
-					continue
-				}
-				step, err = t.st.answerStep(m, reasons)
+			// refused) by admitAnswers, which read the reasons.
+			if reasons = t.reasons[i]; reasons == nil {
+				continue
 			}
+			step, err = t.st.answerStep(m, reasons)
 		case m.Type == typeFunctionCallOutput:
 			var d callData
 			if d, idx, err = callOf(m); err == nil {
