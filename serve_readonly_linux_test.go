@@ -20,17 +20,9 @@ import (
 func TestServeRefusesAReadOnlySQLiteFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "vigil.db")
-	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", path}, io.Discard)
-	require.NoError(t, err)
-	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	require.NoError(t, srv.Shutdown(5*time.Second))
-
+	restart := servedOnce(t, path)
 	testfs.WriteProtect(t, path)
-	srv, err = startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err == nil {
-		_ = srv.Shutdown(5 * time.Second)
-	}
+	err := restart()
 	require.ErrorContains(t, err, "for reading only")
 	require.ErrorContains(t, err, path)
 }
@@ -52,11 +44,7 @@ func TestServeRefusesUnwritableSQLiteCompanions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "vigil.db")
-			cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", path}, io.Discard)
-			require.NoError(t, err)
-			srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-			require.NoError(t, err)
-			require.NoError(t, srv.Shutdown(5*time.Second))
+			restart := servedOnce(t, path)
 
 			named := dir
 			if tc.protect != "" {
@@ -67,13 +55,29 @@ func TestServeRefusesUnwritableSQLiteCompanions(t *testing.T) {
 			} else {
 				testfs.WriteProtectDir(t, dir)
 			}
-			srv, err = startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-			if err == nil {
-				_ = srv.Shutdown(5 * time.Second)
-			}
+			err := restart()
 			require.ErrorIs(t, err, storage.ErrReadOnly)
 			require.ErrorContains(t, err, "storage: "+named+": ")
 			require.ErrorContains(t, err, "permissions, attributes and mount")
 		})
+	}
+}
+
+// servedOnce starts and stops a guardian on the SQLite file path, which makes the database,
+// and returns a start of it again, for the test to change the files in between: the start's
+// error, the guardian stopped if it started all the same.
+func servedOnce(t *testing.T, path string) (restart func() error) {
+	t.Helper()
+	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--db", path}, io.Discard)
+	require.NoError(t, err)
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, srv.Shutdown(5*time.Second))
+	return func() error {
+		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			_ = srv.Shutdown(5 * time.Second)
+		}
+		return err
 	}
 }

@@ -1,7 +1,6 @@
 package guardian_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/vigil-guardian/vigil/guardian"
 	"github.com/vigil-guardian/vigil/internal/pgtest"
+	"github.com/vigil-guardian/vigil/internal/syncbuf"
 	"github.com/vigil-guardian/vigil/internal/testfs"
 	"github.com/vigil-guardian/vigil/storage/postgres"
 	"github.com/vigil-guardian/vigil/storage/sqlite"
@@ -93,24 +92,6 @@ func TestHealthCheckSeesAReadOnlyPostgres(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.status, a.body)
 }
 
-// lockedBuffer is a log destination the test reads while the server writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A guardian whose role loses a privilege operators' writes need (not one a step needs:
 // steps would still be stored, but an audit entry, a rule edit or a sign-in would fail)
 // reports itself unavailable, and its log names the privilege and the table.
@@ -125,7 +106,7 @@ func TestHealthCheckSeesARevokedGrant(t *testing.T) {
 	db, err := postgres.Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), postgres.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	var clock atomic.Int64 // seconds
 	g, err := guardian.New(guardian.Config{}, guardian.Options{Store: db,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -293,17 +293,25 @@ func Need(t testing.TB, srv *Server) string {
 	return dsn
 }
 
+// connect opens one connection to the database dsn names, with 30 s for all the caller
+// does on it; done ends both.
+func connect(t testing.TB, dsn string) (ctx context.Context, conn *pgx.Conn, done func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		cancel()
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	return ctx, conn, func() { conn.Close(ctx); cancel() }
+}
+
 // Exec runs statements on the database dsn names, as the role the URL names, on one
 // connection, failing the test at the first that fails.
 func Exec(t testing.TB, dsn string, stmts ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := connect(t, dsn)
+	defer done()
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Fatalf("pgtest: %s: %v", s, err)
@@ -328,13 +336,8 @@ func SelectOnlyRole(t testing.TB, dsn string) string {
 // database's current schema with their row counts, and the migrations recorded.
 func State(t testing.TB, dsn string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := connect(t, dsn)
+	defer done()
 	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`)
 	if err != nil {
 		t.Fatalf("pgtest: list tables: %v", err)
