@@ -128,13 +128,7 @@ func TestAAPSessionBelongsToCreatingKey(t *testing.T) {
 	defer up.Close()
 	db := filepath.Join(t.TempDir(), "vigil.db")
 	k1, k2 := aapKey(t, db, "k1"), aapKey(t, db, "k2")
-	start := func() *server {
-		cfg := testConfig(t, db)
-		require.NoError(t, cfg.AAP.Set("demo="+up.URL))
-		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-		require.NoError(t, err)
-		return srv
-	}
+	start := func() *server { return startAAP(t, db, up.URL) }
 	srv := start()
 	open := func(key string) string {
 		t.Helper()
@@ -251,13 +245,7 @@ func TestAAPListCursorSurvivesRestart(t *testing.T) {
 	defer up.Close()
 	db := filepath.Join(t.TempDir(), "vigil.db")
 	k1 := aapKey(t, db, "k1")
-	start := func() *server {
-		cfg := testConfig(t, db)
-		require.NoError(t, cfg.AAP.Set("demo="+up.URL))
-		srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
-		require.NoError(t, err)
-		return srv
-	}
+	start := func() *server { return startAAP(t, db, up.URL) }
 	srv := start()
 	for range 3 {
 		status, body := aapRequest(t, "POST", srv.URL+"/aap/demo/sessions", k1, `{"agent":{"name":"guarded-agent"}}`)
@@ -291,4 +279,14 @@ func TestAAPListCursorSurvivesRestart(t *testing.T) {
 	third := list(srv, second.Next)
 	require.Len(t, third.Sessions, 1)
 	require.Empty(t, third.Next)
+}
+
+// startAAP starts a guardian on the SQLite file db with one AAP gateway, demo, to upstream.
+func startAAP(t *testing.T, db, upstream string) *server {
+	t.Helper()
+	cfg := testConfig(t, db)
+	require.NoError(t, cfg.AAP.Set("demo="+upstream))
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return srv
 }

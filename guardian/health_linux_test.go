@@ -103,7 +103,7 @@ func TestHealthCheckSeesARevokedGrant(t *testing.T) {
 	role := "g_" + strings.TrimPrefix(u.Path, "/")
 	id := pgx.Identifier{role}.Sanitize()
 	pgtest.Exec(t, dsn, "CREATE ROLE "+id+" LOGIN", "GRANT CREATE ON SCHEMA public TO "+id)
-	db, err := postgres.Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), postgres.Options{})
+	db, err := postgres.Open(ctx, pgtest.AsRole(dsn, role), postgres.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	var logs syncbuf.Buffer

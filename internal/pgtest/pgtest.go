@@ -329,6 +329,12 @@ func SelectOnlyRole(t testing.TB, dsn string) string {
 	Exec(t, dsn, "CREATE ROLE "+role+" LOGIN",
 		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO "+role,
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	return AsRole(dsn, role)
+}
+
+// AsRole is dsn, a database of the test server as its superuser, as role instead (the
+// server trusts every role on loopback: no password).
+func AsRole(dsn, role string) string {
 	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
 }
 

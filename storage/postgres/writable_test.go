@@ -59,7 +59,7 @@ func TestCheckWritableReadOnlyDefaults(t *testing.T) {
 			role := "w_" + dbName
 			pgtest.Exec(t, dsn, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN",
 				"GRANT CREATE ON SCHEMA public TO "+pgx.Identifier{role}.Sanitize())
-			db, err := Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), Options{})
+			db, err := Open(ctx, pgtest.AsRole(dsn, role), Options{})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
 			require.NoError(t, db.CheckWritable(ctx))
@@ -141,7 +141,7 @@ func TestCheckWritableRevokedGrant(t *testing.T) {
 			role := "g_" + strings.TrimPrefix(u.Path, "/")
 			id := pgx.Identifier{role}.Sanitize()
 			pgtest.Exec(t, dsn, "CREATE ROLE "+id+" LOGIN", "GRANT CREATE ON SCHEMA public TO "+id)
-			db, err := Open(ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1), Options{})
+			db, err := Open(ctx, pgtest.AsRole(dsn, role), Options{})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
 			require.NoError(t, db.CheckWritable(ctx))
