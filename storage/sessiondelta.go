@@ -1,6 +1,9 @@
 package storage
 
 import (
+	"strings"
+	"time"
+
 	"github.com/vigil-guardian/vigil/record"
 )
 
@@ -96,4 +99,116 @@ func (d *SessionDelta) Add(s *SessionStep, seq int64) {
 		}
 	}
 	d.Decisions = append(d.Decisions, DecisionCount{s.Decision, 1})
+}
+
+// Merge adds o's steps to d, as adding each of them would. o may hold older or newer steps
+// than d; d keeps no reference to o's decisions.
+func (d *SessionDelta) Merge(o *SessionDelta) {
+	if o.Steps == 0 {
+		return
+	}
+	if d.Steps == 0 {
+		decisions := d.Decisions[:0]
+		*d = *o
+		d.Decisions = append(decisions, o.Decisions...)
+		return
+	}
+	d.Steps += o.Steps
+	d.First, d.Last = min(d.First, o.First), max(d.Last, o.Last)
+	if o.LastSeq > d.LastSeq {
+		d.LastSeq, d.LastMethod = o.LastSeq, o.LastMethod
+	}
+	if o.AgentName != "" && o.nameSeq > d.nameSeq {
+		d.AgentName, d.nameSeq = o.AgentName, o.nameSeq
+	}
+	if o.UserID != "" && o.userSeq > d.userSeq {
+		d.UserID, d.userSeq = o.UserID, o.userSeq
+	}
+	if o.ClientName != "" && o.clientSeq > d.clientSeq {
+		d.ClientName, d.ClientVersion, d.clientSeq = o.ClientName, o.ClientVersion, o.clientSeq
+	}
+	if o.ServerName != "" && o.serverSeq > d.serverSeq {
+		d.ServerName, d.ServerVersion, d.serverSeq = o.ServerName, o.ServerVersion, o.serverSeq
+	}
+	if o.AgentID != "" && (d.AgentID == "" || o.agentSeq < d.agentSeq) {
+		d.AgentID, d.agentSeq = o.AgentID, o.agentSeq
+	}
+	if o.KeyID != "" && (d.KeyID == "" || o.keySeq < d.keySeq) {
+		d.KeyID, d.keySeq = o.KeyID, o.keySeq
+	}
+outer:
+	for _, c := range o.Decisions {
+		for i := range d.Decisions {
+			if d.Decisions[i].Decision == c.Decision {
+				d.Decisions[i].N += c.N
+				continue outer
+			}
+		}
+		d.Decisions = append(d.Decisions, c)
+	}
+}
+
+// Clone is a copy of d that shares no memory with it: its strings may point into a step's
+// request, which a delta kept for a while must not hold on to.
+func (d *SessionDelta) Clone() SessionDelta {
+	c := *d
+	for _, s := range []*string{&c.ID, &c.AgentID, &c.KeyID, &c.AgentName, &c.UserID, &c.LastMethod,
+		&c.ClientName, &c.ClientVersion, &c.ServerName, &c.ServerVersion} {
+		*s = strings.Clone(*s)
+	}
+	c.Decisions = make([]DecisionCount, len(d.Decisions))
+	for i, dc := range d.Decisions {
+		c.Decisions[i] = DecisionCount{strings.Clone(dc.Decision), dc.N}
+	}
+	return c
+}
+
+// ApplyTo adds d's steps to s, a summary as stored (or the zero Session when none is), as
+// the backends' upserts do: s is then the summary writing d would leave.
+func (d *SessionDelta) ApplyTo(s *record.Session) {
+	if d.Steps == 0 {
+		return
+	}
+	if s.ID == "" {
+		s.ID, s.Control = d.ID, "active"
+	}
+	if d.ClientName != "" {
+		s.Client = &record.Peer{Name: d.ClientName, Version: d.ClientVersion}
+	}
+	if d.ServerName != "" {
+		s.Server = &record.Peer{Name: d.ServerName, Version: d.ServerVersion}
+	}
+	if s.AgentID == "" {
+		s.AgentID = d.AgentID
+	}
+	if s.KeyID == "" {
+		s.KeyID = d.KeyID
+	}
+	if d.AgentName != "" {
+		s.AgentName = d.AgentName
+	}
+	if d.UserID != "" {
+		s.UserID = d.UserID
+	}
+	first, last := time.Unix(0, d.First).UTC(), time.Unix(0, d.Last).UTC()
+	if s.Steps == 0 {
+		s.FirstSeen, s.LastSeen = first, last
+	} else {
+		if first.Before(s.FirstSeen) {
+			s.FirstSeen = first
+		}
+		if last.After(s.LastSeen) {
+			s.LastSeen = last
+		}
+	}
+	if d.LastSeq > s.LastSeq {
+		s.LastSeq, s.LastMethod = d.LastSeq, d.LastMethod
+	}
+	s.Steps += d.Steps
+	if s.Decisions == nil {
+		s.Decisions = make(map[string]int64, len(d.Decisions))
+	}
+	for _, c := range d.Decisions {
+		s.Decisions[c.Decision] += c.N
+	}
 }

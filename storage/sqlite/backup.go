@@ -184,9 +184,6 @@ func vacuumInto(ctx context.Context, src, dest string) error {
 // storeJournaled adds to the database at path the journaled steps it does not hold: those
 // after its newest seq.
 func storeJournaled(ctx context.Context, path string, steps []record.StepRecord) (err error) {
-	if len(steps) == 0 {
-		return nil
-	}
 	db, err := sql.Open("sqlite", readOnlyDSN(path, 5*time.Second, false)+"&_pragma=foreign_keys(1)")
 	if err != nil {
 		return err
@@ -218,8 +215,23 @@ func storeJournaled(ctx context.Context, path string, steps []record.StepRecord)
 		}
 		add = append(add, pendingStep{seq: steps[i].Seq, args: a})
 	}
-	// As the writer stores them: rows, then one summary update per session and decision.
-	if err := ingestTx(&batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}, add); err != nil {
+	// The copy's summaries first count what the guardian still owed them (summaries.go),
+	// then the journaled steps, as the writer stores them: rows, then one summary update
+	// per session and decision.
+	b := &batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}
+	if _, _, err := catchUp(ctx, b); err != nil {
+		return err
+	}
+	deltas, err := ingestTx(b, add)
+	if err != nil {
+		return err
+	}
+	for _, t := range deltas {
+		if err := applyDelta(b, &t.d); err != nil {
+			return err
+		}
+	}
+	if _, err := markNewest(ctx, b); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-guardian/vigil/record"
 )
 
 // crashWriterEnv makes the test binary act as the writer process of TestKillKeepsAnsweredSteps.
@@ -40,11 +42,18 @@ func crashWriter(path string) {
 	for g := range 8 {
 		go func() {
 			for i := 0; ; i++ {
-				rec := step(fmt.Sprint("crash", g), "allow", time.Duration(i))
+				rec := step(fmt.Sprint("crash", g), []string{"allow", "deny", "modify"}[i%3], time.Duration(i))
 				rec.Request = benchRequest
 				if err := db.SaveStep(context.Background(), rec); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(2)
+				}
+				if i%20 == 19 {
+					// A query of steps stores them, leaving their summaries owed.
+					if _, err := db.Steps(context.Background(), record.StepQuery{SessionID: rec.SessionID, Limit: 1}); err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(2)
+					}
 				}
 				mu.Lock()
 				fmt.Fprintln(out, rec.Seq)
@@ -57,7 +66,8 @@ func crashWriter(path string) {
 }
 
 // Killing the process (SIGKILL on Unix) while it writes loses no step it had answered, and
-// leaves a database that passes the integrity check.
+// leaves a database that passes the integrity check, whose session summaries (written
+// behind their steps) count every stored step once the next start has caught them up.
 func TestKillKeepsAnsweredSteps(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vigil.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -69,7 +79,7 @@ func TestKillKeepsAnsweredSteps(t *testing.T) {
 
 	var answered []int64
 	lines := bufio.NewScanner(stdout)
-	for len(answered) < 500 && lines.Scan() {
+	for len(answered) < 2000 && lines.Scan() {
 		seq, err := strconv.ParseInt(lines.Text(), 10, 64)
 		require.NoError(t, err)
 		answered = append(answered, seq)
@@ -83,9 +93,10 @@ func TestKillKeepsAnsweredSteps(t *testing.T) {
 		}
 	}
 	_ = cmd.Wait()
-	require.GreaterOrEqual(t, len(answered), 500, "the writer stopped early")
+	require.GreaterOrEqual(t, len(answered), 2000, "the writer stopped early")
 
-	db, err := Open(context.Background(), path, Options{})
+	// Summaries written with their steps: the journal's steps are in the rows too.
+	db, err := Open(context.Background(), path, Options{SummaryDelay: -1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	var check string
@@ -94,5 +105,22 @@ func TestKillKeepsAnsweredSteps(t *testing.T) {
 	for _, seq := range answered {
 		_, err := db.Step(context.Background(), seq)
 		require.NoError(t, err, "answered step %d lost", seq)
+	}
+	rows := storedRows(t, db) // as the start left them, before anything was owed again
+	require.NotEmpty(t, rows)
+	for id, row := range rows {
+		var steps []*record.StepRecord
+		for after := int64(0); ; {
+			page, err := db.Steps(context.Background(), record.StepQuery{SessionID: id, After: after, Limit: 1000})
+			require.NoError(t, err)
+			if len(page) == 0 {
+				break
+			}
+			for i := range page {
+				steps = append(steps, &page[i])
+			}
+			after = page[len(page)-1].Seq
+		}
+		require.Equal(t, summaryOf(steps), row, "session %s", id)
 	}
 }

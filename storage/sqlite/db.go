@@ -50,6 +50,10 @@ type Options struct {
 	// IngestDelay is the longest a saved step waits in the step journal before it is copied
 	// into the tables, unless a query or another write needs it sooner (default 100ms).
 	IngestDelay time.Duration
+	// SummaryDelay is how long a stored step may wait before its session's summary row
+	// counts it (default 5s; see summaries.go). Reads of sessions never wait for it: they
+	// write or add what is owed. Below zero, a summary is written with its steps.
+	SummaryDelay time.Duration
 	// Beside lets Open succeed when another process holds the database (a running
 	// guardian): the DB then reads, and makes the writes of the keys and users commands,
 	// beside the holder without touching its step journal or taking seqs from it; the
@@ -77,6 +81,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IngestDelay <= 0 {
 		o.IngestDelay = ingestDelay
+	}
+	if o.SummaryDelay == 0 {
+		o.SummaryDelay = summaryDelay
 	}
 	return o
 }
@@ -149,6 +156,10 @@ type DB struct {
 	inflight        []pendingStep
 	inflightJournal *journal
 	sinceCheckpoint int
+	// owed are the session summaries the writer has still to write (summaries.go);
+	// summariesAll makes its next transaction write all of them.
+	owed         owedSummaries
+	summariesAll bool
 
 	// Writer counters, for WriterStats.
 	batches, batchedOps atomic.Int64
@@ -233,6 +244,8 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		kick:         make(chan struct{}, 1),
 		ingestKick:   make(chan struct{}, 1),
 	}
+	db.owed.byID = make(map[string]*owedSummary)
+	db.owed.delay, db.owed.max = opts.SummaryDelay, maxOwed
 	db.room = sync.NewCond(&db.jmu)
 	db.jidle = sync.NewCond(&db.jmu)
 
@@ -256,6 +269,7 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		}
 		db.beside = true
 		db.opts.ManualIndex = true // the holder indexes
+		db.owed.delay = -1         // the holder owns the summaries' mark
 	}
 	if !db.beside {
 		if err := checkMissing(abs); err != nil {
@@ -300,6 +314,11 @@ func Open(ctx context.Context, path string, opts Options) (_ *DB, err error) {
 		return nil, fmt.Errorf("storage: %s: %w", abs, err)
 	}
 	if !db.beside {
+		// First: the summaries a crash left behind their stored steps, before the journal's
+		// steps are added to them.
+		if err := db.recoverSummaries(ctx); err != nil {
+			return nil, fmt.Errorf("storage: %s: session summaries: %w", abs, err)
+		}
 		// Beside a holder, the journal is the holder's: replaying it here would store its
 		// steps twice and empty it under the holder's feet.
 		recs, err := db.openJournal()

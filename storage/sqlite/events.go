@@ -27,7 +27,7 @@ func (db *DB) EventsAfter(ctx context.Context, after int64, limit int) ([]record
 // steps optionally truncated; see EventPage.
 func (db *DB) EventsPage(ctx context.Context, after int64, p record.EventPage) ([]record.Event, error) {
 	p.Limit = storage.ClampLimit(p.Limit, 500, 1000)
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return nil, fmt.Errorf("storage: events after %d: %w", after, err)
 	}
 	// One read transaction: the events and the steps they point to come from one snapshot.

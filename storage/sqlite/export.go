@@ -42,7 +42,7 @@ type querier interface {
 // It streams: rows are read a page at a time, each page its own short read, so it can run
 // against a database the guardian is writing.
 func (db *DB) Export(ctx context.Context, w io.Writer, opts record.ExportOptions) (record.ExportResult, error) {
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return record.ExportResult{}, fmt.Errorf("storage: export: %w", err)
 	}
 	return export(ctx, db.r, nil, w, opts)

@@ -23,18 +23,26 @@ type rejectedStep struct {
 	err error
 }
 
-// Flush returns once every step saved before the call is in SQLite, so that a query made
-// after it sees them. The store's own queries do this themselves; it is for code that reads
-// the tables directly.
+// Flush returns once every step saved before the call is in SQLite, and counted in its
+// session's summary, so that a query made after it sees them. The store's own queries do
+// this themselves; it is for code that reads the tables directly.
 func (db *DB) Flush(ctx context.Context) error {
+	if db.pendingN.Load() == 0 && db.owed.n.Load() == 0 {
+		return nil
+	}
+	return db.submit(ctx, &op{flush: true, summaries: true})
+}
+
+// flushSteps is Flush for queries of steps: they need the steps stored, not the summaries.
+func (db *DB) flushSteps(ctx context.Context) error {
 	if db.pendingN.Load() == 0 {
 		return nil
 	}
 	return db.submit(ctx, &op{flush: true})
 }
 
-// flushSession is Flush for reads of one session: it waits only when steps of that session
-// are in the journal, so the first step of a new session does not wait for a commit.
+// flushSession is flushSteps for reads of one session: it waits only when steps of that
+// session are in the journal, so the first step of a new session does not wait for a commit.
 func (db *DB) flushSession(ctx context.Context, id string) error {
 	db.jmu.Lock()
 	n := db.pendSessions[id]
@@ -42,7 +50,7 @@ func (db *DB) flushSession(ctx context.Context, id string) error {
 	if n == 0 {
 		return nil
 	}
-	return db.Flush(ctx)
+	return db.flushSteps(ctx)
 }
 
 // isConstraint reports whether err is SQLite refusing one row (a constraint or a trigger),

@@ -99,7 +99,9 @@ func (db *DB) Prune(ctx context.Context, now time.Time, r record.Retention) (rec
 // deleted and adds them to res.
 func (db *DB) pruneBatch(ctx context.Context, cutoff int64, limit int, res *record.PruneResult) (int, error) {
 	var steps, sessions int64
-	err := db.Exec(ctx, func(tx *sql.Tx) error {
+	// The summaries whole first: a session whose steps all go loses its row, which a
+	// summary written after would bring back.
+	err := db.execSummaries(ctx, func(tx *sql.Tx) error {
 		steps, sessions = 0, 0 // a retried batch runs this again
 		var (
 			rows *sql.Rows

@@ -21,7 +21,7 @@ func (db *DB) Search(ctx context.Context, q record.SearchQuery) (record.SearchPa
 	}
 	match := fq.match
 	limit := storage.ClampLimit(q.Limit, 50, 200)
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return record.SearchPage{}, fmt.Errorf("storage: search: %w", err)
 	}
 	var (

@@ -188,7 +188,7 @@ func (db *DB) indexBatch(ctx context.Context, limit int) (int, time.Duration, er
 
 // IndexComplete indexes every stored step now (tests, tools).
 func (db *DB) IndexComplete(ctx context.Context) error {
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return err
 	}
 	for {

@@ -83,13 +83,21 @@ func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
 	if err := db.flushSession(ctx, id); err != nil {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
+	// What its stored steps still owe its row, read before the row (see withOwed).
+	owed, isOwed := db.owed.lookup(id)
 	row := db.reads.session.QueryRowContext(ctx, id)
 	s, err := storage.ScanSession(row)
+	if errors.Is(err, sql.ErrNoRows) && isOwed {
+		// Its steps are stored but its row not written yet: holds are kept apart.
+		err = db.r.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0)
+			FROM session_pending_holds WHERE session_id = ?`, id).Scan(&s.PendingHolds)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, record.ErrNotFound)
 	}
 	if err != nil {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
+	s, _ = withOwed(s, owed, isOwed)
 	return s, nil
 }

@@ -185,16 +185,6 @@ type stepPeers struct {
 	Server *record.Peer `json:"server,omitempty"`
 }
 
-// insert writes one step with its seq: event, step row and session summary.
-func (a *stepArgs) insert(b *batchTx, seq int64) error {
-	if err := a.insertRow(b, seq); err != nil {
-		return err
-	}
-	var d storage.SessionDelta
-	d.Add(&a.SessionStep, seq)
-	return applyDelta(b, &d)
-}
-
 // insertRow writes the step's event and row, leaving the session summary to a SessionDelta.
 func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	if _, err := b.stmt(b.stmts.insertStepEvent).Exec(seq, a.SessionID, a.ReceivedAt); err != nil {
@@ -208,7 +198,7 @@ func (a *stepArgs) insertRow(b *batchTx, seq int64) error {
 	return nil
 }
 
-// applyDelta writes a transaction's steps of one session into its summary: one upsert per
+// applyDelta writes steps of one session into its summary: one upsert per
 // decision, since each adds to its own count in the decisions JSON.
 func applyDelta(b *batchTx, d *storage.SessionDelta) error {
 	for _, c := range d.Decisions {
@@ -241,7 +231,7 @@ func nullableText(raw json.RawMessage) any {
 
 // Step returns the step with the given seq, or ErrNotFound.
 func (db *DB) Step(ctx context.Context, seq int64) (record.StepRecord, error) {
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return record.StepRecord{}, fmt.Errorf("storage: step %d: %w", seq, err)
 	}
 	row := db.r.QueryRowContext(ctx, `SELECT `+stepColumns+` FROM steps WHERE seq = ?`, seq)
@@ -283,7 +273,7 @@ func (db *DB) StepsIn(ctx context.Context, r record.StepRange) ([]record.StepRec
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return nil, fmt.Errorf("storage: steps after %d: %w", r.After, err)
 	}
 	rows, err := db.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM steps
@@ -306,7 +296,7 @@ func (db *DB) StepWindow(ctx context.Context, before int64, n int) (after, last 
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	if err := db.Flush(ctx); err != nil {
+	if err := db.flushSteps(ctx); err != nil {
 		return 0, 0, fmt.Errorf("storage: window of %d steps before %d: %w", n, before, err)
 	}
 	// The (n+1)th newest is the one just before the window; a missing row is a zero seq.

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"github.com/vigil-guardian/vigil/record"
-	"github.com/vigil-guardian/vigil/storage"
 
 	"cmp"
 	"context"
@@ -24,6 +23,9 @@ type op struct {
 	run func(b *batchTx) error
 	// flush marks a Flush: it needs the journaled steps stored, and runs nothing.
 	flush bool
+	// summaries asks for every session summary the writer owes to be written first (see
+	// summaries.go): for readers of the whole sessions table and writes that change it.
+	summaries bool
 	// savepoint isolates run's failure from the rest of the batch (Exec functions).
 	savepoint bool
 	// alone marks a write that takes no seq and needs no journaled step stored first (the
@@ -44,6 +46,8 @@ type batchTx struct {
 	tx    *sql.Tx
 	stmts *writeStmts
 	bound map[*sql.Stmt]*sql.Stmt
+	// plan is what the transaction did to the owed session summaries, applied on commit.
+	plan *summaryPlan
 }
 
 // stmt returns s bound to the batch transaction, binding each statement once per batch.
@@ -62,6 +66,7 @@ type writeStmts struct {
 	insertEvent, insertStepEvent   *sql.Stmt
 	insertMarker                   *sql.Stmt
 	insertStep, upsertSession      *sql.Stmt
+	setSummaryMark                 *sql.Stmt
 }
 
 func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -74,6 +79,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.insertMarker, sqlInsertMarker},
 		{&s.insertStep, sqlInsertStep},
 		{&s.upsertSession, sqlUpsertSession},
+		{&s.setSummaryMark, sqlSetSummaryMark},
 	})
 }
 
@@ -99,7 +105,7 @@ func prepareAll(ctx context.Context, db *sql.DB, closeAll func(), specs []stmtSp
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.savepoint, s.release, s.rollbackTo, s.insertEvent,
-		s.insertStepEvent, s.insertMarker, s.insertStep, s.upsertSession} {
+		s.insertStepEvent, s.insertMarker, s.insertStep, s.upsertSession, s.setSummaryMark} {
 		if st != nil {
 			_ = st.Close()
 		}
@@ -158,6 +164,12 @@ func (db *DB) submit(ctx context.Context, o *op) error {
 // append an event.
 func (db *DB) Exec(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return db.submit(ctx, &op{savepoint: true, run: func(b *batchTx) error { return fn(b.tx) }})
+}
+
+// execSummaries is Exec for writes that change session summaries (retention deletes
+// sessions): every summary the writer owes is written first, in the same transaction.
+func (db *DB) execSummaries(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return db.submit(ctx, &op{savepoint: true, summaries: true, run: func(b *batchTx) error { return fn(b.tx) }})
 }
 
 // execAlone runs fn in a write transaction of its own, without storing the journaled
@@ -259,15 +271,27 @@ func (db *DB) writer() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	var deadline time.Time
+	// arm sets the timer for the next ingestion (IngestDelay after the first step waiting
+	// for one) or, with no step waiting, for the oldest owed session summary.
 	arm := func() {
-		if !armed && (db.inflight != nil || db.pendingN.Load() > 0) {
+		var next time.Time
+		if db.inflight != nil || db.pendingN.Load() > 0 {
 			wait := db.opts.IngestDelay
 			if db.failing.Load() {
 				wait = ingestRetry // the last ingestion failed
 			}
-			timer.Reset(wait)
-			armed = true
+			next = time.Now().Add(wait)
+		} else if at, ok := db.owed.due(); ok {
+			next = at
+		} else {
+			return
 		}
+		if armed && !next.Before(deadline) {
+			return
+		}
+		timer.Reset(time.Until(next))
+		armed, deadline = true, next
 	}
 	for {
 		select {
@@ -284,7 +308,9 @@ func (db *DB) writer() {
 			_ = db.ingest()
 		case <-timer.C:
 			armed = false
-			_ = db.ingest()
+			if db.ingest() == nil {
+				db.writeDueSummaries()
+			}
 		}
 		arm()
 	}
@@ -489,6 +515,9 @@ func (db *DB) runBatch(batch []*op) {
 	} else {
 		err = db.ingest()
 	}
+	if err == nil && slices.ContainsFunc(flushes, func(o *op) bool { return o.summaries }) {
+		err = db.writeAllSummaries()
+	}
 	for _, o := range flushes {
 		o.err = err
 		close(o.done)
@@ -600,6 +629,30 @@ func (db *DB) finalIngest() {
 	if err := db.ingest(); err != nil {
 		db.log.Error("storage: journaled steps stay in the journal for the next start",
 			"steps", db.pendingN.Load(), "err", err)
+		return
+	}
+	if err := db.writeAllSummaries(); err != nil {
+		db.log.Error("storage: session summaries are brought up to date at the next start", "err", err)
+	}
+}
+
+// writeAllSummaries writes every session summary the writer owes.
+func (db *DB) writeAllSummaries() error {
+	if db.owed.head == nil {
+		return nil
+	}
+	db.summariesAll = true
+	defer func() { db.summariesAll = false }()
+	return db.commit(nil, nil)
+}
+
+// writeDueSummaries writes the owed session summaries that are due, when no ingestion
+// has (the writer is otherwise idle).
+func (db *DB) writeDueSummaries() {
+	if at, ok := db.owed.due(); ok && !time.Now().Before(at) {
+		if err := db.commit(nil, nil); err != nil {
+			db.log.Warn("storage: session summaries not written; will retry", "err", err)
+		}
 	}
 }
 
@@ -671,8 +724,13 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 	}
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
 
-	if len(steps) > 0 {
-		if err := ingestTx(b, steps); err != nil {
+	all := db.summariesAll || slices.ContainsFunc(ops, func(o *op) bool { return o.summaries })
+	if len(steps) > 0 || all || !slices.ContainsFunc(ops, func(o *op) bool { return o.alone }) {
+		deltas, err := ingestTx(b, steps)
+		if err == nil {
+			err = db.summariesTx(b, deltas, lastOf(steps), all)
+		}
+		if err != nil {
 			_ = tx.Rollback()
 			// A step SQLite refuses must not hold back the others: sort them out one by one.
 			if serr := db.salvage(steps); serr != nil {
@@ -727,6 +785,7 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 		finish(ran, err)
 		return false, nil, err
 	}
+	db.summariesCommitted(b)
 	if seqs {
 		db.nextSeq = max(db.nextSeq, last+1) // jmu is held when there are such ops
 	}
@@ -738,32 +797,48 @@ func (db *DB) attempt(steps []pendingStep, ops []*op) (stored bool, retry []*op,
 	return true, nil, nil
 }
 
-// ingestTx copies steps into the transaction, then updates each session's summary once.
-func ingestTx(b *batchTx, steps []pendingStep) error {
-	deltas := make(map[string]*storage.SessionDelta)
-	var order []*storage.SessionDelta
+// ingestTx copies steps into the transaction and sums them by session, for their summaries
+// (summariesTx), in the order of each session's first step.
+func ingestTx(b *batchTx, steps []pendingStep) ([]*txDelta, error) {
+	var d deltaSet
 	for i := range steps {
 		p := &steps[i]
 		// One statement a row: a statement of many rows needs a statement journal (the
 		// foreign key to events may abort it half-way), which cost more than the
 		// per-statement work it saved.
 		if err := p.args.insertRow(b, p.seq); err != nil {
-			return err
+			return nil, err
 		}
-		d := deltas[p.args.SessionID]
-		if d == nil {
-			d = &storage.SessionDelta{}
-			deltas[p.args.SessionID] = d
-			order = append(order, d)
-		}
-		d.Add(&p.args.SessionStep, p.seq)
+		d.add(p)
 	}
-	for _, d := range order {
-		if err := applyDelta(b, d); err != nil {
-			return err
-		}
+	return d.order, nil
+}
+
+// deltaSet sums steps by session.
+type deltaSet struct {
+	byID  map[string]*txDelta
+	order []*txDelta
+}
+
+func (s *deltaSet) add(p *pendingStep) {
+	if s.byID == nil {
+		s.byID = make(map[string]*txDelta)
 	}
-	return nil
+	t := s.byID[p.args.SessionID]
+	if t == nil {
+		t = &txDelta{first: p.seq}
+		s.byID[p.args.SessionID] = t
+		s.order = append(s.order, t)
+	}
+	t.d.Add(&p.args.SessionStep, p.seq)
+}
+
+// lastOf is the newest seq of steps (in seq order), 0 for none.
+func lastOf(steps []pendingStep) int64 {
+	if len(steps) == 0 {
+		return 0
+	}
+	return steps[len(steps)-1].seq
 }
 
 // salvage stores steps one by one, each under a savepoint, and sets aside the ones SQLite
@@ -776,10 +851,13 @@ func (db *DB) salvage(steps []pendingStep) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	b := &batchTx{tx: tx, stmts: &db.stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 8)}
-	var rejected []rejectedStep
+	var (
+		rejected []rejectedStep
+		stored   deltaSet
+	)
 	for _, p := range steps {
 		opErr, txErr := db.runOp(b, &op{savepoint: true, run: func(b *batchTx) error {
-			return p.args.insert(b, p.seq)
+			return p.args.insertRow(b, p.seq)
 		}})
 		if txErr == nil && opErr != nil && !isConstraint(opErr) {
 			txErr = opErr
@@ -800,12 +878,19 @@ func (db *DB) salvage(steps []pendingStep) error {
 				return fmt.Errorf("storage: keep the seq of refused step %d: %w", p.seq, err)
 			}
 			rejected = append(rejected, rejectedStep{p, opErr})
+			continue
 		}
+		stored.add(&p)
+	}
+	if err := db.summariesTx(b, stored.order, lastOf(steps), db.summariesAll); err != nil {
+		_ = tx.Rollback()
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		_, _ = db.w.Exec("ROLLBACK")
 		return fmt.Errorf("commit: %w", err)
 	}
+	db.summariesCommitted(b)
 	db.reject(rejected)
 	db.committed(len(steps) - len(rejected))
 	return nil
