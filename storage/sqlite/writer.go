@@ -284,6 +284,11 @@ func (db *DB) writer() {
 			next = time.Now().Add(wait)
 		} else if at, ok := db.owed.due(); ok {
 			next = at
+			if !at.After(time.Now()) {
+				// Due already: the last write of them failed, or a batch of other writes
+				// ran past it; either way not at once again.
+				next = time.Now().Add(ingestRetry)
+			}
 		} else {
 			return
 		}
