@@ -190,8 +190,23 @@ func storeJournaled(ctx context.Context, path string, steps []record.StepRecord)
 	}
 	defer func() { err = errors.Join(err, db.Close()) }()
 	db.SetMaxOpenConns(1)
+	// Backup copies a database as it is, never migrated: one an older Vigil wrote has no
+	// summary_mark, and its summaries count their steps already (they were written with them).
+	var marked bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_schema
+		WHERE type = 'table' AND name = 'summary_mark')`).Scan(&marked); err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	if !marked && len(steps) == 0 {
+		return nil
+	}
+	// Only the statements the copy runs: the others may name what its schema lacks.
 	var stmts writeStmts
-	if err := stmts.prepare(ctx, db); err != nil {
+	if err := prepareAll(ctx, db, stmts.close, []stmtSpec{
+		{&stmts.insertStepEvent, sqlInsertStepEvent},
+		{&stmts.insertStep, sqlInsertStep},
+		{&stmts.upsertSession, sqlUpsertSession},
+	}); err != nil {
 		return err
 	}
 	defer stmts.close()
@@ -219,8 +234,10 @@ func storeJournaled(ctx context.Context, path string, steps []record.StepRecord)
 	// then the journaled steps, as the writer stores them: rows, then one summary update
 	// per session and decision.
 	b := &batchTx{tx: tx, stmts: &stmts, bound: make(map[*sql.Stmt]*sql.Stmt, 4)}
-	if _, _, err := catchUp(ctx, b); err != nil {
-		return err
+	if marked {
+		if _, _, err := catchUp(ctx, b); err != nil {
+			return err
+		}
 	}
 	deltas, err := ingestTx(b, add)
 	if err != nil {
@@ -231,8 +248,10 @@ func storeJournaled(ctx context.Context, path string, steps []record.StepRecord)
 			return err
 		}
 	}
-	if _, err := markNewest(ctx, b); err != nil {
-		return err
+	if marked {
+		if _, err := markNewest(ctx, b); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

@@ -244,7 +244,8 @@ func withOwed(s record.Session, d storage.SessionDelta, owed bool) (record.Sessi
 // the mark to the newest seq.
 func (db *DB) recoverSummaries(ctx context.Context) error {
 	// Nothing is written when nothing needs to be: a database that refuses writes still
-	// opens for reading, as it did before it had a mark.
+	// opens for reading. One a crash left behind (summaries to catch up, like journaled
+	// steps to replay) does not: Open fails naming why it may not write.
 	var mark, high int64
 	var behind bool
 	if err := db.w.QueryRowContext(ctx, `SELECT m.seq, (SELECT coalesce(max(seq), 0) FROM events),

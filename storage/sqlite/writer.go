@@ -298,6 +298,8 @@ func (db *DB) writer() {
 		timer.Reset(time.Until(next))
 		armed, deadline = true, next
 	}
+	// The steps Open replayed from the journal may owe their summaries already.
+	arm()
 	for {
 		select {
 		case first, ok := <-db.ops:
