@@ -2,9 +2,11 @@ package systest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -142,13 +144,58 @@ func loadUntilKilled(t *testing.T, client *http.Client, p *proc, round int, ans 
 	return int(failed.Load())
 }
 
-// verifyAnswered requires every answered step to be served by the API at base.
+// verifyAnswered requires every answered step to be served by the API at base, and every
+// session's summary (written behind its steps, caught up after a kill) to count exactly the
+// steps stored: read alone, which adds what is owed, and in the list, which writes it.
 func verifyAnswered(t *testing.T, client *http.Client, base string, ans *answered) {
 	t.Helper()
+	listed := listedSteps(t, client, base)
 	for session, ids := range ans.steps {
 		stored := sessionStepIDs(t, client, base, session)
 		for _, id := range ids {
 			require.True(t, stored[id], "answered step %s/%s lost", session, id)
 		}
+		var sum struct {
+			Steps     int64            `json:"steps"`
+			Decisions map[string]int64 `json:"decisions"`
+		}
+		getJSONInto(t, client, base+"/api/sessions/"+url.PathEscape(session), &sum)
+		require.Equal(t, int64(len(stored)), sum.Steps, "session %s: summary against stored steps", session)
+		require.Equal(t, sum.Steps, sum.Decisions["allow"]+sum.Decisions["deny"]+sum.Decisions["modify"]+sum.Decisions["hold"],
+			"session %s: decisions %v", session, sum.Decisions)
+		require.Equal(t, int64(len(stored)), listed[session], "session %s: listed summary against stored steps", session)
 	}
+}
+
+// listedSteps is every session's step count as GET /api/sessions lists it.
+func listedSteps(t *testing.T, client *http.Client, base string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for before := ""; ; {
+		var page struct {
+			Sessions []struct {
+				ID    string `json:"id"`
+				Steps int64  `json:"steps"`
+			} `json:"sessions"`
+			Next string `json:"next"`
+		}
+		getJSONInto(t, client, base+"/api/sessions?limit=200&before="+url.QueryEscape(before), &page)
+		for _, s := range page.Sessions {
+			out[s.ID] = s.Steps
+		}
+		if page.Next == "" {
+			return out
+		}
+		before = page.Next
+	}
+}
+
+// getJSONInto decodes the 200 answer of a GET of u into v.
+func getJSONInto(t *testing.T, client *http.Client, u string, v any) {
+	t.Helper()
+	resp, err := client.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, u)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v), u)
 }
