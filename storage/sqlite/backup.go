@@ -243,10 +243,8 @@ func storeJournaled(ctx context.Context, path string, steps []record.StepRecord)
 	if err != nil {
 		return err
 	}
-	for _, t := range deltas {
-		if err := applyDelta(b, &t.d); err != nil {
-			return err
-		}
+	if err := applyDeltas(b, deltas); err != nil {
+		return err
 	}
 	if marked {
 		if _, err := markNewest(ctx, b); err != nil {

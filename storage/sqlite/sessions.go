@@ -98,6 +98,8 @@ func (db *DB) Session(ctx context.Context, id string) (record.Session, error) {
 	if err != nil {
 		return record.Session{}, fmt.Errorf("storage: session %q: %w", id, err)
 	}
-	s, _ = withOwed(s, owed, isOwed)
+	if isOwed {
+		s = withOwed(s, &owed)
+	}
 	return s, nil
 }

@@ -115,12 +115,14 @@ func (o *owedSummaries) write(b *batchTx, deltas []*txDelta, high int64, all boo
 		inTx[t.d.ID] = t
 	}
 	owed := len(o.byID)
-	for e := o.head; e != nil; e = e.next {
-		if !all && now.Sub(e.since) < o.delay && owed-len(p.written) <= o.max {
+	// rest ends as the first owed row not written now (nil when all are).
+	rest := o.head
+	for ; rest != nil; rest = rest.next {
+		if !all && now.Sub(rest.since) < o.delay && owed-len(p.written) <= o.max {
 			break // the rest is newer
 		}
-		d := e.d
-		d.Decisions = slices.Clone(e.d.Decisions) // e is left as it is should b fail
+		d := rest.d
+		d.Decisions = slices.Clone(rest.d.Decisions) // rest is left as it is should b fail
 		if t := inTx[d.ID]; t != nil {
 			d.Merge(&t.d)
 			delete(inTx, d.ID)
@@ -128,7 +130,7 @@ func (o *owedSummaries) write(b *batchTx, deltas []*txDelta, high int64, all boo
 		if err := applyDelta(b, &d); err != nil {
 			return nil, err
 		}
-		p.written = append(p.written, e)
+		p.written = append(p.written, rest)
 	}
 	for _, t := range deltas {
 		if inTx[t.d.ID] == nil {
@@ -145,12 +147,8 @@ func (o *owedSummaries) write(b *batchTx, deltas []*txDelta, high int64, all boo
 	// Every step at or below the mark is counted in its row: the oldest still owed is the
 	// first owed row not written now, or else the first of this transaction's.
 	p.mark = p.high
-	if len(p.written) < owed {
-		e := o.head
-		for range p.written {
-			e = e.next
-		}
-		p.mark = e.first - 1
+	if rest != nil {
+		p.mark = rest.first - 1
 	} else if len(p.fresh) > 0 {
 		p.mark = p.fresh[0].first - 1
 	}
@@ -225,18 +223,24 @@ func (db *DB) summariesCommitted(b *batchTx) {
 	}
 }
 
-// withOwed is s with what its session's stored steps still owe its row; found reports
-// whether there is such a session at all (s may be the zero Session for one without a
-// row yet). The owed row is read before s was: a row written since then counts it already
-// (its last_seq is past the owed steps), one not written yet does not.
-func withOwed(s record.Session, d storage.SessionDelta, owed bool) (record.Session, bool) {
-	if !owed {
-		return s, s.ID != ""
-	}
+// withOwed is s (the zero Session for one without a row yet) with d, what its session's
+// stored steps still owe its row. d was read before s: a row written since then counts it
+// already (its last_seq is past the owed steps), one not written yet does not.
+func withOwed(s record.Session, d *storage.SessionDelta) record.Session {
 	if s.ID == "" || s.LastSeq < d.LastSeq {
 		d.ApplyTo(&s)
 	}
-	return s, true
+	return s
+}
+
+// applyDeltas writes the summaries of deltas, in b, as they are.
+func applyDeltas(b *batchTx, deltas []*txDelta) error {
+	for _, t := range deltas {
+		if err := applyDelta(b, &t.d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recoverSummaries runs at Open, before the writer starts: it counts in their rows the
@@ -293,10 +297,8 @@ func catchUp(ctx context.Context, b *batchTx) (sessions, steps int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, t := range deltas {
-		if err := applyDelta(b, &t.d); err != nil {
-			return 0, 0, err
-		}
+	if err := applyDeltas(b, deltas); err != nil {
+		return 0, 0, err
 	}
 	return len(deltas), steps, nil
 }
